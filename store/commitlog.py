@@ -1,0 +1,500 @@
+"""The CommitLog: segments on disk, the positions `wrote` and `flushed`, and
+the bytes in between.
+
+Invariants (asserted):
+    0 <= min_offset <= flushed <= in_file <= wrote
+    `in_file`: bytes below it have been handed to the OS (pwrite).
+Under the POWER crash model, bytes in [in_file, wrote) live only in this
+process (the `pending` chunks) until flush() writes and fsyncs them, so a
+SIGKILL loses exactly what a power cut would. Under PROCESS, append writes at
+once (in_file == wrote) and flush only fsyncs.
+
+Ordering rules:
+- flush() makes bytes durable BEFORE it advances `flushed` and BEFORE it
+  writes the checkpoint; the checkpoint therefore never names a record that
+  is not on disk.
+- truncate_to() makes the cut durable (header zeroed, fsync; tail cleared,
+  fsync; later segments unlinked, dir fsync) BEFORE any new byte may be
+  appended, so a crash can never bring a truncated tail back.
+- After any write or sync error the log stops accepting appends
+  (`failed` says why); bytes already flushed are never touched again.
+
+Thread model: appends and reads come from the event loop thread, flush() from
+one flusher thread; `_lock` guards positions and pending chunks, `_flush_lock`
+serialises flushes and truncation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from store.checkpoint import CheckpointFile
+from store.clock import Clock
+from store.config import CrashModel, StoreConfig
+from store.record import (
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    MESSAGE_MAGIC,
+    CorruptRecordError,
+    Message,
+    Record,
+    decode,
+    encode,
+    encode_blank,
+    peek,
+    verify,
+)
+from store.recovery import RecoveryPlan
+from store.segments import Segment, fsync_dir
+from store.status import PutResult, PutStatus
+
+
+class StoreFailedError(RuntimeError):
+    """The log hit a write error earlier and accepts no more writes."""
+
+
+class OffsetMismatchError(ValueError):
+    """A raw range from a master does not start at this log's `wrote`."""
+
+
+class RangeRejectedError(ValueError):
+    """A raw range from a master failed verification; nothing was appended."""
+
+
+@dataclass(frozen=True)
+class Positions:
+    min_offset: int
+    flushed: int
+    wrote: int
+    crash_model: str
+    failed: str | None
+
+
+class CommitLog:
+    def __init__(
+        self,
+        directory: str,
+        config: StoreConfig,
+        clock: Clock,
+        checkpoint: CheckpointFile,
+        segments: list[Segment],
+        end: int,
+        last_store_timestamp_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.checkpoint = checkpoint
+        self.seg_size = config.segment_size_bytes
+        self.segments = segments
+        self._starts = [s.start for s in segments]
+        self.min_offset = segments[0].start if segments else 0
+        self.wrote = end
+        self.flushed = end
+        self.in_file = end
+        self._power = config.crash_model == CrashModel.POWER
+        # Pending chunks not yet in the file (POWER) or not yet fsynced (PROCESS):
+        # parallel lists from index _head on; _p_end is the logical end (a blank
+        # covers the rest of its segment).
+        self._p_start: list[int] = []
+        self._p_end: list[int] = []
+        self._p_data: list[bytes] = []
+        self._head = 0
+        self._last_ts = last_store_timestamp_ms
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self.failed: str | None = None
+        self.fsyncs = 0
+        self._check()
+
+    # ---------------------------------------------------------------- state
+    def _check(self) -> None:
+        assert 0 <= self.min_offset <= self.flushed <= self.in_file <= self.wrote, (
+            self.min_offset, self.flushed, self.in_file, self.wrote)
+
+    def positions(self) -> Positions:
+        with self._lock:
+            return Positions(
+                self.min_offset, self.flushed, self.wrote, self.config.crash_model.value,
+                self.failed,
+            )
+
+    @property
+    def dirty_bytes(self) -> int:
+        return self.wrote - self.flushed
+
+    def _segment_for(self, offset: int) -> Segment:
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            raise ValueError(f"offset {offset} is below the first segment")
+        seg = self.segments[i]
+        if offset >= seg.end:
+            raise ValueError(f"offset {offset} is past the last segment")
+        return seg
+
+    def _segment_at_wrote(self) -> Segment:
+        """The segment `wrote` falls in, created if it does not exist yet."""
+        if self.segments and self.wrote < self.segments[-1].end:
+            return self.segments[-1]
+        start = self.wrote
+        assert start % self.seg_size == 0, start
+        seg = Segment.create(self.directory, start, self.seg_size)
+        self.segments.append(seg)
+        self._starts.append(start)
+        return seg
+
+    def _fail(self, exc: OSError, during: str) -> None:
+        self.failed = f"{during} failed: {exc.strerror or exc} (errno {exc.errno})"
+
+    # --------------------------------------------------------------- append
+    def _push(self, seg: Segment, start: int, data: bytes, logical_end: int) -> None:
+        """Queue a chunk at `start`; under PROCESS write it through now."""
+        if not self._power:
+            seg.pwrite(start - seg.start, data)
+            self.in_file = logical_end
+        self._p_start.append(start)
+        self._p_end.append(logical_end)
+        self._p_data.append(data)
+        self.wrote = logical_end
+
+    def append(self, messages: Sequence[Message], *, max_bytes: int | None = None) -> list[PutResult]:
+        """Append messages in order under one lock, one buffer per segment
+        touched. Each gets PUT_OK (appended, not yet durable), MESSAGE_ILLEGAL
+        (not written), or SERVICE_NOT_AVAILABLE once the log has failed."""
+        limit = self.config.max_message_size_bytes
+        results: list[PutResult] = []
+        with self._lock:
+            if self.failed:
+                return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed)
+                        for _ in messages]
+            try:
+                seg = self._segment_at_wrote()
+                buf: list[bytes] = []
+                buf_start = self.wrote
+                pos = self.wrote
+                now = self.clock.wall_ms()
+                if now < self._last_ts:
+                    now = self._last_ts  # store timestamps never go backwards
+                host = self.config.store_host
+                qo = self._queue_offsets
+                for msg in messages:
+                    if len(msg.body) > limit:
+                        results.append(PutResult(
+                            PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                            detail=f"body of {len(msg.body)} bytes exceeds max_message_size "
+                                   f"{limit}"))
+                        continue
+                    key = (msg.topic, msg.queue_id)
+                    q = qo.get(key, 0)
+                    try:
+                        data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
+                                      store_host=host)
+                    except ValueError as exc:
+                        results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                                                 detail=str(exc)))
+                        continue
+                    if pos + len(data) + BLANK_SIZE > seg.end:
+                        # Does not fit: close the segment with a blank, roll.
+                        blank = encode_blank(seg.end - pos)
+                        if buf:
+                            self._push(seg, buf_start, b"".join(buf), pos)
+                        self._push(seg, pos, blank, seg.end)
+                        pos = seg.end
+                        seg = self._segment_at_wrote()
+                        buf = []
+                        buf_start = pos
+                        data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
+                                      store_host=host)
+                    qo[key] = q + 1
+                    buf.append(data)
+                    results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
+                    pos += len(data)
+                if buf:
+                    self._push(seg, buf_start, b"".join(buf), pos)
+                self._last_ts = now
+            except OSError as exc:
+                self._fail(exc, "append")
+                return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed or "")
+                        for _ in messages]
+            self._check()
+        return results
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Append bytes shipped by a master at `offset` (must equal `wrote`).
+        Every record is verified first (size, magic, PHYSICALOFFSET, CRC; a
+        blank must end its segment exactly); on any failure nothing is
+        appended. Returns the new `wrote`."""
+        with self._lock:
+            if self.failed:
+                raise StoreFailedError(self.failed)
+            if offset != self.wrote:
+                raise OffsetMismatchError(f"range at {offset}, this log's wrote is {self.wrote}")
+            seg_start = offset - offset % self.seg_size
+            seg_end = seg_start + self.seg_size
+            if offset + len(data) > seg_end:
+                raise RangeRejectedError("range crosses a segment boundary")
+            pos = 0
+            end = offset
+            view = memoryview(data)
+            while pos < len(data):
+                size, magic = peek(view, pos)
+                if magic == BLANK_MAGIC and size == seg_end - (offset + pos):
+                    if pos + BLANK_SIZE != len(data):
+                        raise RangeRejectedError("bytes after a segment's blank")
+                    end = seg_end
+                    pos = len(data)
+                    break
+                if magic != MESSAGE_MAGIC:
+                    raise RangeRejectedError(f"no record at {offset + pos}")
+                try:
+                    size, ts = verify(view, pos, offset + pos)
+                except CorruptRecordError as exc:
+                    raise RangeRejectedError(f"record at {offset + pos}: {exc}") from exc
+                if offset + pos + size + BLANK_SIZE > seg_end:
+                    raise RangeRejectedError(f"record at {offset + pos} leaves no room for a blank")
+                pos += size
+                end = offset + pos
+                self._last_ts = max(self._last_ts, ts)
+            if not data:
+                return self.wrote
+            try:
+                seg = self._segment_at_wrote()
+                self._push(seg, offset, bytes(data), end)
+            except OSError as exc:
+                self._fail(exc, "append")
+                raise StoreFailedError(self.failed or "") from exc
+            self._check()
+            return self.wrote
+
+    # ---------------------------------------------------------------- flush
+    def flush(self) -> int:
+        """Write (POWER) and fsync everything appended so far; advance
+        `flushed`; update the checkpoint. Returns `flushed`. Raises
+        StoreFailedError after a write error (and marks the log failed)."""
+        with self._flush_lock:
+            with self._lock:
+                if self.failed:
+                    raise StoreFailedError(self.failed)
+                n = len(self._p_start)
+                first = self._head
+                target = self.wrote
+                last_ts = self._last_ts
+                if first == n:
+                    return self.flushed
+                starts = self._p_start[first:n]
+                ends = self._p_end[first:n]
+                datas = self._p_data[first:n]
+            try:
+                touched: dict[int, Segment] = {}
+                # Coalesce contiguous chunks of one segment into one pwrite.
+                i = 0
+                while i < len(starts):
+                    seg = self._segment_for(starts[i])
+                    j = i + 1
+                    while (j < len(starts) and starts[j] == ends[j - 1]
+                           and starts[j] < seg.end):
+                        j += 1
+                    if self._power:
+                        chunk = datas[i] if j == i + 1 else b"".join(datas[i:j])
+                        seg.pwrite(starts[i] - seg.start, chunk)
+                    touched[seg.start] = seg
+                    i = j
+                for seg in touched.values():
+                    seg.sync()
+                self.fsyncs += 1
+            except OSError as exc:
+                with self._lock:
+                    self._fail(exc, "flush")
+                raise StoreFailedError(self.failed or "") from exc
+            with self._lock:
+                self._head = n
+                self.in_file = max(self.in_file, target)
+                self.flushed = target
+                if self._head > 4096 and self._head * 2 > len(self._p_start):
+                    del self._p_start[: self._head]
+                    del self._p_end[: self._head]
+                    del self._p_data[: self._head]
+                    self._head = 0
+                self._check()
+            try:
+                self.checkpoint.update(last_ts)
+            except OSError:
+                pass  # a stale checkpoint only widens the next recovery scan
+            return target
+
+    def sync_checkpoint(self) -> None:
+        self.checkpoint.sync()
+
+    # ---------------------------------------------------------------- reads
+    def read(self, offset: int, n: int) -> bytes:
+        """Bytes [offset, offset+n) clipped to `wrote`, from the file and the
+        pending chunks (never across a segment end)."""
+        with self._lock:
+            if offset < self.min_offset or offset > self.wrote:
+                raise ValueError(f"offset {offset} outside [{self.min_offset}, {self.wrote}]")
+            seg = self._segment_for(offset) if offset < self.wrote else None
+            if seg is None:
+                return b""
+            end = min(offset + n, self.wrote, seg.end)
+            in_file = self.in_file
+            parts: list[bytes] = []
+            if offset < in_file:
+                parts.append(seg.pread(offset - seg.start, min(end, in_file) - offset))
+            if end > in_file:
+                i = max(self._head, bisect.bisect_right(self._p_start, max(offset, in_file),
+                                                        self._head) - 1)
+                cur = max(offset, in_file)
+                while cur < end and i < len(self._p_start):
+                    s, data = self._p_start[i], self._p_data[i]
+                    if s + len(data) > cur:
+                        a = cur - s
+                        b = min(len(data), end - s)
+                        parts.append(data[a:b])
+                        cur = s + b
+                        if b < len(data):
+                            break
+                    if cur < end and self._p_end[i] > s + len(data):  # a blank's zeros
+                        z = min(end, self._p_end[i]) - cur
+                        parts.append(bytes(z))
+                        cur += z
+                    i += 1
+            return b"".join(parts)
+
+    def read_range(self, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Whole records from `offset` for shipping: at most `max_bytes` (but
+        always at least one record), never past `wrote` or a segment's blank.
+        Returns (bytes, next offset); a trailing blank's 8 bytes are included
+        and the next offset is the following segment's start."""
+        if offset >= self.wrote:
+            return b"", offset
+        head = self.read(offset, max(max_bytes, BLANK_SIZE))
+        pos = 0
+        while pos + BLANK_SIZE <= len(head):
+            size, magic = peek(head, pos)
+            if magic == BLANK_MAGIC:
+                seg_end = offset + pos + size
+                return head[: pos + BLANK_SIZE], seg_end
+            if magic != MESSAGE_MAGIC or size <= 0:
+                raise CorruptRecordError("magic", f"no record at {offset + pos} while shipping")
+            if pos + size > len(head):
+                if pos == 0:  # one record bigger than max_bytes: ship it whole
+                    return self.read(offset, size), offset + size
+                break
+            pos += size
+        return head[:pos], offset + pos
+
+    def read_record(self, offset: int) -> Record:
+        head = self.read(offset, BLANK_SIZE)
+        size, magic = peek(head, 0)
+        if magic != MESSAGE_MAGIC:
+            raise CorruptRecordError("magic", f"no message at {offset}")
+        return decode(self.read(offset, size), 0, offset=offset)
+
+    def iter_records(self, start: int | None = None) -> Iterator[Record]:
+        """Every message from `start` (default: the first) to `wrote`."""
+        offset = self.min_offset if start is None else start
+        while offset < self.wrote:
+            chunk, nxt = self.read_range(offset, 1 << 20)
+            pos = 0
+            while pos < len(chunk):
+                size, magic = peek(chunk, pos)
+                if magic == BLANK_MAGIC:
+                    break
+                yield decode(chunk, pos, offset=offset + pos)
+                pos += size
+            offset = nxt
+
+    # ------------------------------------------------------------ truncation
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything from `offset` on, durably, before returning. Used by
+        recovery and by a slave told to truncate to its master's offset."""
+        with self._flush_lock, self._lock:
+            if offset > self.wrote:
+                raise ValueError(f"cannot truncate forward to {offset} (wrote {self.wrote})")
+            # Forget pending chunks at or past the cut; keep those before it.
+            if offset < self.min_offset:
+                raise ValueError(f"cannot truncate below the first segment ({self.min_offset})")
+            keep = bisect.bisect_left(self._p_start, offset, self._head)
+            if keep > self._head and self._p_end[keep - 1] > offset:
+                s = self._p_start[keep - 1]  # the cut falls inside a batch chunk
+                self._p_data[keep - 1] = self._p_data[keep - 1][: offset - s]
+                self._p_end[keep - 1] = offset
+            del self._p_start[keep:], self._p_end[keep:], self._p_data[keep:]
+            self.flush_unlocked_for_truncate()
+            cut_on_disk(self.directory, self.segments, offset, self.seg_size)
+            seg_start = offset - offset % self.seg_size
+            self.segments = [s for s in self.segments if s.start <= seg_start]
+            self._starts = [s.start for s in self.segments]
+            self.wrote = self.flushed = self.in_file = offset
+            self._queue_offsets.clear()
+            self._check()
+
+    def flush_unlocked_for_truncate(self) -> None:
+        """Write and sync the pending chunks that survive a truncation, so
+        the cut leaves nothing in memory (callers hold both locks)."""
+        for s, data in zip(self._p_start[self._head:], self._p_data[self._head:], strict=True):
+            seg = self._segment_for(s)
+            if self._power:
+                seg.pwrite(s - seg.start, data)
+            seg.sync()
+        self._head = len(self._p_start)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.checkpoint.close()
+
+
+def cut_on_disk(directory: str, segments: list[Segment], offset: int, seg_size: int) -> None:
+    """Crash-safe truncation of the files at `offset`:
+    1. zero the 8-byte header at the cut and fsync — from here on a scan stops
+       at the cut whatever else survives a crash;
+    2. clear the rest of that segment (truncate the file to the cut and extend
+       it again, which reads back as zeros) and fsync;
+    3. unlink later segments, newest first, and fsync the directory.
+    Segments starting exactly at the cut are removed whole (except the first)."""
+    seg_start = offset - offset % seg_size
+    holder = next((s for s in segments if s.start == seg_start), None)
+    later = sorted((s for s in segments if s.start > seg_start), key=lambda s: -s.start)
+    if holder is not None and offset - seg_start + BLANK_SIZE <= seg_size:
+        pos = offset - seg_start
+        holder.pwrite(pos, bytes(BLANK_SIZE))
+        holder.sync()
+        os.ftruncate(holder.fd, pos)
+        os.ftruncate(holder.fd, seg_size)
+        os.fsync(holder.fd)
+    elif later:
+        first_later = later[-1]
+        first_later.pwrite(0, bytes(BLANK_SIZE))
+        first_later.sync()
+    for seg in later:
+        seg.close()
+        os.unlink(seg.path)
+    if later:
+        fsync_dir(directory)
+
+
+def open_segments(directory: str, starts: list[int], seg_size: int) -> list[Segment]:
+    return [Segment.open(directory, s, seg_size) for s in starts]
+
+
+def map_segment(seg: Segment) -> mmap.mmap:
+    return mmap.mmap(seg.fd, 0, prot=mmap.PROT_READ)
+
+
+def apply_plan(
+    plan: RecoveryPlan, directory: str, segments: list[Segment], seg_size: int
+) -> list[Segment]:
+    """Make the recovery decision true on disk (crash-safely); returns the
+    segments that remain."""
+    if plan.first_bad_offset is not None or plan.segments_to_drop or plan.abnormal:
+        cut_on_disk(directory, segments, plan.max_valid_offset, seg_size)
+        seg_start = plan.max_valid_offset - plan.max_valid_offset % seg_size
+        return [s for s in segments if s.start <= seg_start]
+    return segments

@@ -1,0 +1,79 @@
+"""Store configuration: one frozen dataclass, one validate(), presets."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+
+class FlushMode(enum.StrEnum):
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+class CrashModel(enum.StrEnum):
+    """Where appended bytes live before a flush.
+
+    POWER: in the process's memory only; flush writes and fsyncs them, so a
+    SIGKILL loses exactly what a power cut would. PROCESS: written to the OS at
+    append; flush only fsyncs, so a SIGKILL loses nothing the OS holds."""
+
+    POWER = "power"
+    PROCESS = "process"
+
+
+class ConfigError(ValueError):
+    """A setting is out of range; the message names it and the allowed range."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    segment_size_bytes: int = GIB
+    max_message_size_bytes: int = 4 * MIB
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    crash_model: CrashModel = CrashModel.POWER
+    flush_interval_ms: int = 500
+    flush_least_pages: int = 4
+    page_size_bytes: int = 4 * KIB
+    flush_thorough_interval_ms: int = 10_000
+    sync_flush_timeout_ms: int = 5_000
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+
+    def validate(self) -> StoreConfig:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(msg)
+
+        need(self.segment_size_bytes >= 4 * KIB, "segment_size_bytes must be at least 4096")
+        need(
+            self.segment_size_bytes <= 16 * GIB, "segment_size_bytes must be at most 16 GiB"
+        )
+        need(self.max_message_size_bytes >= 1, "max_message_size_bytes must be positive")
+        need(
+            self.max_message_size_bytes + 512 <= self.segment_size_bytes,
+            "max_message_size_bytes must leave room for a whole record in one segment "
+            f"(segment {self.segment_size_bytes} bytes); raise segment_size_bytes",
+        )
+        need(self.flush_interval_ms >= 1, "flush_interval_ms must be at least 1")
+        need(self.flush_least_pages >= 0, "flush_least_pages must be 0 or more")
+        need(self.page_size_bytes >= 1, "page_size_bytes must be positive")
+        need(
+            self.flush_thorough_interval_ms >= self.flush_interval_ms,
+            "flush_thorough_interval_ms must be at least flush_interval_ms",
+        )
+        need(self.sync_flush_timeout_ms >= 1, "sync_flush_timeout_ms must be at least 1")
+        need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
+        need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
+        return self
+
+    def with_(self, **changes: object) -> StoreConfig:
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+
+PRODUCTION = StoreConfig()
+# Small segments so tests roll, recover and damage several of them quickly.
+TESTING = StoreConfig(segment_size_bytes=64 * KIB, max_message_size_bytes=16 * KIB)

@@ -1,0 +1,95 @@
+"""Failpoints: named places in node code that crash or stall the process on
+the N-th time they are reached, so chaos runs hit narrow windows on purpose.
+
+Armed from a spec string (the harness passes it on the node's command line or
+in DLAB_FAILPOINTS): `name=action@N[,name=action@N...]` where action is
+`crash` (SIGKILL to this process: the node's crash model applies) or
+`delay:MS` (sleep, blocking the thread that hit it). Disarmed, `hit` is one
+dict lookup on an empty dict.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+KNOWN = {
+    "after_append_before_flush": "master/any: a put appended, before its flush",
+    "after_ship_before_ack": "master: a range sent to a slave, before the slave's ack",
+    "slave_after_append_before_report": "slave: shipped bytes appended, before the report",
+    "segment_roll": "any: a new segment created, before a record goes into it",
+    "recovery_truncate": "any: recovery zeroed the header at the cut, before clearing the tail",
+}
+
+
+class FailpointSpecError(ValueError):
+    pass
+
+
+@dataclass
+class _Armed:
+    action: str
+    delay_ms: int
+    nth: int
+    hits: int = 0
+
+
+class Failpoints:
+    def __init__(self, spec: str = "") -> None:
+        self._armed: dict[str, _Armed] = {}
+        self.fired: list[str] = []
+        for item in filter(None, (p.strip() for p in spec.split(","))):
+            name, sep, rest = item.partition("=")
+            if not sep:
+                raise FailpointSpecError(f"failpoint {item!r}: expected name=action@N")
+            if name not in KNOWN:
+                raise FailpointSpecError(
+                    f"unknown failpoint {name!r}; known: {', '.join(sorted(KNOWN))}"
+                )
+            action, _, nth_s = rest.partition("@")
+            try:
+                nth = int(nth_s or "1")
+            except ValueError:
+                raise FailpointSpecError(f"failpoint {item!r}: N must be an integer") from None
+            if nth < 1:
+                raise FailpointSpecError(f"failpoint {item!r}: N must be at least 1")
+            delay_ms = 0
+            if action.startswith("delay:"):
+                try:
+                    delay_ms = int(action[6:])
+                except ValueError:
+                    raise FailpointSpecError(f"failpoint {item!r}: delay:MS needs ms") from None
+                action = "delay"
+            elif action != "crash":
+                raise FailpointSpecError(f"failpoint {item!r}: action is crash or delay:MS")
+            self._armed[name] = _Armed(action, delay_ms, nth)
+
+    @classmethod
+    def from_env(cls) -> Failpoints:
+        return cls(os.environ.get("DLAB_FAILPOINTS", ""))
+
+    def hit(self, name: str) -> None:
+        if not self._armed:
+            return
+        fp = self._armed.get(name)
+        if fp is None:
+            return
+        fp.hits += 1
+        if fp.hits != fp.nth:
+            return
+        self.fired.append(name)
+        print(f"failpoint {name} fired ({fp.action}) on hit {fp.hits}", file=sys.stderr,
+              flush=True)
+        if fp.action == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        else:
+            time.sleep(fp.delay_ms / 1000)
+
+    def hits(self) -> dict[str, int]:
+        return {name: fp.hits for name, fp in self._armed.items()}
+
+
+DISARMED = Failpoints()

@@ -1,0 +1,155 @@
+"""Segment files: fixed size, named by their start offset (20 digits), as
+RocketMQ's MappedFileQueue lays out `commitlog/`.
+
+A segment is created at its full size (space reserved with posix_fallocate
+where the filesystem supports it, so a full disk shows up when a segment is
+made rather than in the middle of a flush) and made durable (file and
+directory fsync) before any byte goes into it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+
+NAME_DIGITS = 20
+
+
+def segment_name(start: int) -> str:
+    return f"{start:0{NAME_DIGITS}d}"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class SegmentListing:
+    """What a commitlog directory holds, before anything is opened.
+
+    `problems` are facts a user must see (wrong sizes, gaps, stray files);
+    `fatal` ones make the store refuse to open because going on could lose or
+    misplace acknowledged data."""
+
+    starts: list[int]
+    sizes: dict[int, int]
+    segment_size: int | None
+    stray: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    fatal: list[str] = field(default_factory=list)
+
+
+def list_segments(commitlog_dir: str, expected_size: int | None = None) -> SegmentListing:
+    """List and check the segments. The segment size is `expected_size`, or
+    inferred from the files (the most common size among all but the last)."""
+    starts: list[int] = []
+    sizes: dict[int, int] = {}
+    stray: list[str] = []
+    for name in sorted(os.listdir(commitlog_dir)):
+        path = os.path.join(commitlog_dir, name)
+        if len(name) == NAME_DIGITS and name.isdigit() and os.path.isfile(path):
+            start = int(name)
+            starts.append(start)
+            sizes[start] = os.path.getsize(path)
+        else:
+            stray.append(name)
+    starts.sort()
+    problems = [f"stray file ignored: commitlog/{n}" for n in stray]
+    fatal: list[str] = []
+    seg_size = expected_size
+    if seg_size is None and starts:
+        full = [sizes[s] for s in starts[:-1]] or [sizes[starts[-1]]]
+        seg_size = max(set(full), key=full.count)
+        if seg_size <= 0:
+            seg_size = None
+    if seg_size:
+        for i, start in enumerate(starts):
+            name = segment_name(start)
+            if start % seg_size:
+                fatal.append(
+                    f"commitlog/{name}: start offset is not a multiple of the "
+                    f"segment size {seg_size}"
+                )
+            size = sizes[start]
+            last = i == len(starts) - 1
+            if size > seg_size or (size < seg_size and not last):
+                fatal.append(
+                    f"commitlog/{name}: {size} bytes, segments here are {seg_size}; "
+                    "restore the file or move it and every later segment aside"
+                )
+            elif size < seg_size:
+                problems.append(
+                    f"commitlog/{name}: last segment is short ({size} of {seg_size} bytes); "
+                    "its missing end is treated as never written"
+                )
+            if i and starts[i - 1] + seg_size != start:
+                fatal.append(
+                    f"commitlog/{name}: gap after {segment_name(starts[i - 1])}; "
+                    "a segment is missing"
+                )
+    return SegmentListing(starts, sizes, seg_size, stray, problems, fatal)
+
+
+class Segment:
+    """One open segment file. IO only: positions are relative to the file."""
+
+    def __init__(self, directory: str, start: int, size: int, fd: int) -> None:
+        self.directory = directory
+        self.start = start
+        self.size = size
+        self.end = start + size
+        self.path = os.path.join(directory, segment_name(start))
+        self.fd = fd
+
+    @classmethod
+    def open(cls, directory: str, start: int, size: int) -> Segment:
+        fd = os.open(os.path.join(directory, segment_name(start)), os.O_RDWR)
+        seg = cls(directory, start, size, fd)
+        if os.fstat(fd).st_size < size:  # a short last segment: extend with zeros
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        return seg
+
+    @classmethod
+    def create(cls, directory: str, start: int, size: int) -> Segment:
+        path = os.path.join(directory, segment_name(start))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                os.ftruncate(fd, size)
+            os.fsync(fd)
+            fsync_dir(directory)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        return cls(directory, start, size, fd)
+
+    def pwrite(self, pos: int, data: bytes | memoryview) -> None:
+        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+
+    def pread(self, pos: int, n: int) -> bytes:
+        n = max(0, min(n, self.size - pos))
+        return os.pread(self.fd, n, pos)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,371 @@
+"""MessageStore: a store directory opened, recovered and served.
+
+Layout of the directory (RocketMQ's store root): `commitlog/` (segments),
+`checkpoint`, `abort` (exists while open; a clean close removes it), `lock`.
+
+Opening takes the lock, decides normal or abnormal recovery from `abort`,
+recovers the CommitLog (store/recovery.py decides, commitlog.py cuts
+crash-safely), then creates `abort`. Closing flushes everything, syncs the
+checkpoint, removes `abort`, releases the lock.
+
+Flush services run on the event loop; file IO runs on one flusher thread.
+SYNC_FLUSH is group commit: every put waiting at the moment a flush starts
+waits on the same future, so one fsync and one wake-up serve them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import mmap
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from store.checkpoint import CheckpointFile, read_checkpoint
+from store.clock import Clock, SystemClock
+from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segments
+from store.config import ConfigError, FlushMode, StoreConfig
+from store.failpoints import DISARMED, Failpoints
+from store.lock import StoreLock, StoreLockedError
+from store.record import Message
+from store.recovery import RecoveryPlan, plan_recovery
+from store.segments import fsync_dir, list_segments
+from store.status import PutResult, PutStatus
+
+__all__ = ["MessageStore", "StoreOpenError", "StoreLockedError", "ConfigError"]
+
+
+class StoreOpenError(RuntimeError):
+    """The directory cannot be opened as a store without risking data; the
+    message says what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    abnormal: bool
+    max_valid_offset: int
+    records_scanned: int
+    first_bad_offset: int | None
+    bad_reason: str | None
+    segments_dropped: list[int]
+    problems: list[str]
+    summary: str
+
+
+class _Generation:
+    """The puts waiting for the next group-commit flush share one future."""
+
+    __slots__ = ("future", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[str] = loop.create_future()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def resolve(self, outcome: str) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():
+            self.future.set_result(outcome)
+
+
+class MessageStore:
+    def __init__(
+        self,
+        path: str,
+        config: StoreConfig,
+        log: CommitLog,
+        lock: StoreLock,
+        recovery: RecoveryReport,
+        clock: Clock,
+        failpoints: Failpoints,
+    ) -> None:
+        self.path = path
+        self.config = config
+        self.log = log
+        self._lock = lock
+        self.recovery = recovery
+        self.clock = clock
+        self.failpoints = failpoints
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flusher")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._closed = False
+        self._gen: _Generation | None = None
+        self._dirty: asyncio.Event | None = None
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        failpoints: Failpoints | None = None,
+    ) -> MessageStore:
+        """Open (creating if needed) and recover the store at `path`. Raises
+        StoreLockedError, StoreOpenError or ConfigError with a message a user
+        can act on; on any error the directory is left as it was found."""
+        config = (config or StoreConfig()).validate()
+        clock = clock or SystemClock()
+        failpoints = failpoints or DISARMED
+        commitlog_dir = os.path.join(path, "commitlog")
+        try:
+            os.makedirs(commitlog_dir, exist_ok=True)
+        except OSError as exc:
+            raise StoreOpenError(f"cannot create store directory {path}: {exc.strerror}") from exc
+        lock = StoreLock(os.path.join(path, "lock"))
+        try:
+            return cls._open_locked(path, config, clock, failpoints, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(
+        cls, path: str, config: StoreConfig, clock: Clock, failpoints: Failpoints, lock: StoreLock
+    ) -> MessageStore:
+        commitlog_dir = os.path.join(path, "commitlog")
+        abort_path = os.path.join(path, "abort")
+        abnormal = os.path.exists(abort_path)
+        seg_size = config.segment_size_bytes
+        listing = list_segments(commitlog_dir)
+        if listing.segment_size and listing.segment_size != seg_size:
+            raise StoreOpenError(
+                f"segments in {commitlog_dir} are {listing.segment_size} bytes but the "
+                f"configured segment size is {seg_size}; open it with segment size "
+                f"{listing.segment_size}"
+            )
+        if listing.fatal:
+            raise StoreOpenError(
+                f"store {path} cannot be opened safely:\n  " + "\n  ".join(listing.fatal)
+            )
+        segments = open_segments(commitlog_dir, listing.starts, seg_size)
+        try:
+            checkpoint, cp_problem = read_checkpoint(os.path.join(path, "checkpoint"))
+            maps: dict[int, mmap.mmap] = {}
+
+            def read(start: int) -> memoryview:
+                if start not in maps:
+                    seg = next(s for s in segments if s.start == start)
+                    maps[start] = mmap.mmap(seg.fd, 0, prot=mmap.PROT_READ)
+                return memoryview(maps[start])
+
+            try:
+                plan = plan_recovery(
+                    listing.starts, read, seg_size=seg_size, abnormal=abnormal,
+                    checkpoint=checkpoint, checkpoint_problem=cp_problem,
+                )
+            finally:
+                for m in maps.values():
+                    with contextlib.suppress(BufferError):
+                        m.close()
+            if plan.first_bad_offset is not None:
+                failpoints.hit("recovery_truncate")
+            segments = apply_plan(plan, commitlog_dir, segments, seg_size)
+            if config.crash_model.value == "process" and segments:
+                segments[-1].sync()  # what the OS held is now durable too
+            report = _report(plan, listing.problems)
+            with open(abort_path, "wb") as f:
+                f.write(str(os.getpid()).encode())
+                os.fsync(f.fileno())
+            fsync_dir(path)
+            cpf = CheckpointFile(os.path.join(path, "checkpoint"))
+            if checkpoint:
+                cpf.last_ms = checkpoint.physic_ms
+            log = CommitLog(
+                commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
+                plan.last_store_timestamp_ms or 0,
+            )
+        except BaseException:
+            for s in segments:
+                s.close()
+            raise
+        return cls(path, config, log, lock, report, clock, failpoints)
+
+    # --------------------------------------------------------------- service
+    async def start(self) -> None:
+        """Start the flush service for the configured mode."""
+        loop = asyncio.get_running_loop()
+        self._dirty = asyncio.Event()
+        self._gen = _Generation(loop)
+        if self.config.flush_mode == FlushMode.SYNC_FLUSH:
+            self._tasks.append(loop.create_task(self._group_commit()))
+        else:
+            self._tasks.append(loop.create_task(self._interval_flush()))
+        self._tasks.append(loop.create_task(self._checkpoint_sync()))
+
+    async def _run(self, fn: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def _group_commit(self) -> None:
+        assert self._dirty is not None
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            await self._dirty.wait()
+            self._dirty.clear()
+            gen, self._gen = self._gen, _Generation(loop)
+            assert gen is not None
+            try:
+                await self._run(self.log.flush)
+                gen.resolve("ok")
+            except StoreFailedError:
+                gen.resolve("failed")
+
+    async def _interval_flush(self) -> None:
+        cfg = self.config
+        least = cfg.flush_least_pages * cfg.page_size_bytes
+        last_thorough = self.clock.monotonic()
+        while not self._closing:
+            await asyncio.sleep(cfg.flush_interval_ms / 1000)
+            now = self.clock.monotonic()
+            thorough = now - last_thorough >= cfg.flush_thorough_interval_ms / 1000
+            dirty = self.log.dirty_bytes
+            if dirty and (dirty >= least or thorough):
+                if thorough:
+                    last_thorough = now
+                try:
+                    await self._run(self.log.flush)
+                except StoreFailedError:
+                    return
+
+    async def _checkpoint_sync(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.config.flush_thorough_interval_ms / 1000)
+            with contextlib.suppress(OSError):
+                await self._run(self.log.sync_checkpoint)
+
+    # ------------------------------------------------------------------ puts
+    def append(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Append without waiting for any flush (the node's building block)."""
+        if self._closing:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is shutting down")
+                    for _ in messages]
+        results = self.log.append(messages)
+        self.failpoints.hit("after_append_before_flush")
+        if self._dirty is not None:
+            self._dirty.set()
+        return results
+
+    async def wait_flushed(self, end: int) -> PutStatus:
+        """PUT_OK once `flushed` covers `end`. Under SYNC_FLUSH waits for the
+        group commit (FLUSH_DISK_TIMEOUT after sync_flush_timeout_ms;
+        SERVICE_NOT_AVAILABLE if the flush failed). Under ASYNC_FLUSH returns
+        PUT_OK at once: the mode promises nothing about the disk."""
+        if self.config.flush_mode != FlushMode.SYNC_FLUSH or self.log.flushed >= end:
+            return PutStatus.PUT_OK
+        gen = self._gen
+        if gen is None:
+            raise RuntimeError("store.start() was not called")
+        if gen.timer is None:
+            gen.timer = asyncio.get_running_loop().call_later(
+                self.config.sync_flush_timeout_ms / 1000, gen.resolve, "timeout")
+        outcome = await gen.future
+        if outcome == "ok" or self.log.flushed >= end:
+            return PutStatus.PUT_OK
+        if outcome == "timeout":
+            return PutStatus.FLUSH_DISK_TIMEOUT
+        return PutStatus.SERVICE_NOT_AVAILABLE
+
+    async def put(self, message: Message) -> PutResult:
+        (result,) = self.append([message])
+        if result.status != PutStatus.PUT_OK:
+            return result
+        status = await self.wait_flushed(result.end)
+        if status == PutStatus.PUT_OK:
+            return result
+        return PutResult(status, result.offset, result.size, result.msg_id,
+                         result.store_timestamp_ms, detail=self.log.failed or "")
+
+    async def put_batch(self, messages: Sequence[Message]) -> list[PutResult]:
+        results = self.append(messages)
+        ends = [r.end for r in results if r.status == PutStatus.PUT_OK]
+        if not ends:
+            return results
+        status = await self.wait_flushed(max(ends))
+        if status == PutStatus.PUT_OK:
+            return results
+        return [PutResult(status, r.offset, r.size, r.msg_id, r.store_timestamp_ms)
+                if r.status == PutStatus.PUT_OK else r for r in results]
+
+    async def flush(self) -> int:
+        return int(await self._run(self.log.flush))
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        pos = self.log.positions()
+        return {
+            "path": self.path,
+            "min_offset": pos.min_offset,
+            "flushed": pos.flushed,
+            "wrote": pos.wrote,
+            "crash_model": pos.crash_model,
+            "flush_mode": self.config.flush_mode.value,
+            "segment_size_bytes": self.config.segment_size_bytes,
+            "failed": pos.failed,
+            "recovery": asdict(self.recovery),
+        }
+
+    # ----------------------------------------------------------------- close
+    async def close(self) -> None:
+        """Clean shutdown: flush everything, sync the checkpoint, remove
+        `abort`, release the lock. A log that failed keeps its `abort`, so
+        the next open runs the abnormal (full-checking) recovery."""
+        if self._closed:
+            return
+        self._closing = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._gen is not None:
+            self._gen.resolve("failed")
+        try:
+            await self._run(self._close_files)
+        finally:
+            self._executor.shutdown(wait=True)
+            self._closed = True
+
+    def close_sync(self) -> None:
+        """Clean shutdown outside an event loop (tools, tests)."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            self._close_files()
+        finally:
+            self._executor.shutdown(wait=True)
+            self._closed = True
+
+    def _close_files(self) -> None:
+        clean = False
+        try:
+            self.log.flush()
+            self.log.sync_checkpoint()
+            clean = True
+        except (StoreFailedError, OSError):
+            clean = False
+        finally:
+            self.log.close()
+            if clean:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.path, "abort"))
+                fsync_dir(self.path)
+            self._lock.release()
+
+
+def _report(plan: RecoveryPlan, problems: list[str]) -> RecoveryReport:
+    return RecoveryReport(
+        abnormal=plan.abnormal,
+        max_valid_offset=plan.max_valid_offset,
+        records_scanned=plan.records_scanned,
+        first_bad_offset=plan.first_bad_offset,
+        bad_reason=plan.bad_reason,
+        segments_dropped=list(plan.segments_to_drop),
+        problems=problems + plan.notes,
+        summary=plan.describe(),
+    )
