@@ -1,0 +1,217 @@
+"""The result directory of one chaos run: the contract between the harness
+(which writes it) and the pipeline (which reads any number of them).
+
+    RUN_DIR/
+      params.json                 one object, PARAMS fields
+      history.jsonl               one row per client operation, HISTORY fields
+      faults.jsonl                one row per injected fault, FAULTS fields
+      observations.jsonl          harness measurements during the run, OBSERVATIONS
+      nodes/NAME/records.jsonl    every record read back from NAME's store after
+                                  the run, RECORDS fields, in offset order
+      nodes/NAME/final.json       NAME's final positions, FINAL fields
+      nodes/NAME/node.log         the node's log (free text, not parsed)
+
+Times are epoch milliseconds. Every JSON Lines file is UTF-8, one object a
+line. SCHEMA_VERSION changes whenever a field changes meaning.
+
+Statuses in history.status are PutStatus names plus INDETERMINATE: the call
+failed or timed out and the client cannot know whether it was stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+INDETERMINATE = "INDETERMINATE"
+
+# field name -> (type, nullable, meaning). Types: str, int, bool, float, list, dict.
+PARAMS: dict[str, tuple[str, bool, str]] = {
+    "schema_version": ("int", False, "SCHEMA_VERSION of the writer"),
+    "run_id": ("str", False, "unique id of the run (scenario-role-flush-seed-...)"),
+    "role": ("str", False, "SYNC_MASTER or ASYNC_MASTER"),
+    "flush": ("str", False, "SYNC_FLUSH or ASYNC_FLUSH"),
+    "scenario": ("str", False, "scenario name"),
+    "seed": ("int", False, "the seed every random choice of the run derives from"),
+    "backend": ("str", False, "local or compose"),
+    "crash_model": ("str", False, "power or process"),
+    "slave_ahead_policy": ("str", False, "reject, trust or truncate"),
+    "ha_ship_limit": ("str", False, "wrote or flushed"),
+    "nodes": ("list", False, "[{name, role}] in start order; the first is the master"),
+    "failpoints": ("dict", False, "node name -> failpoint spec armed for the run"),
+    "versions": ("dict", False, "dlab, python, grpcio versions"),
+    "started_ms": ("int", False, "run start"),
+    "ended_ms": ("int", False, "run end (after read-back)"),
+}
+
+HISTORY: dict[str, tuple[str, bool, str]] = {
+    "op_id": ("int", False, "unique per run, in invoke order"),
+    "msg_id": ("str", False, "UNIQ_KEY of the message (the same across retries)"),
+    "producer": ("int", False, "producer number"),
+    "attempt": ("int", False, "1 for the first send of msg_id, 2.. for client retries"),
+    "invoke_ms": ("int", False, "when the call started"),
+    "complete_ms": ("int", False, "when the answer (or the failure) came"),
+    "status": ("str", False, "PutStatus name or INDETERMINATE"),
+    "offset": ("int", True, "CommitLog offset the node reported, null if none"),
+    "size": ("int", True, "record size the node reported, null if none"),
+    "node": ("str", False, "node the call went to"),
+    "detail": ("str", True, "error text for failures"),
+}
+
+FAULTS: dict[str, tuple[str, bool, str]] = {
+    "fault_id": ("int", False, "in order of injection"),
+    "kind": ("str", False, "kill, stop, start, restart, pause, resume, partition, heal, "
+                           "torn_tail, bit_flip, failpoint"),
+    "node": ("str", True, "target node (null for a link fault)"),
+    "peer": ("str", True, "other end for partition/heal"),
+    "start_ms": ("int", False, "when the fault was injected"),
+    "end_ms": ("int", True, "when it ended (resume/heal/restart done), null if it did not"),
+    "damages_disk": ("bool", False, "true if it changed bytes on the node's disk"),
+    "detail": ("str", True, "free text: offsets flipped, bytes torn, failpoint name"),
+}
+
+OBSERVATIONS: dict[str, tuple[str, bool, str]] = {
+    "time_ms": ("int", False, "when it was measured"),
+    "kind": ("str", False, "slave_ahead (measured when a crashed master came back), "
+                           "settle, note"),
+    "master": ("str", True, "master node name"),
+    "slave": ("str", True, "slave node name"),
+    "master_offset": ("int", True, "master's max offset after its recovery"),
+    "slave_offset": ("int", True, "slave's max offset at that moment"),
+    "detail": ("str", True, "free text"),
+}
+
+RECORDS: dict[str, tuple[str, bool, str]] = {
+    "offset": ("int", False, "physical offset"),
+    "size": ("int", False, "record size in bytes"),
+    "msg_id": ("str", True, "UNIQ_KEY property, null if absent"),
+    "body_crc": ("int", False, "BODYCRC as stored"),
+    "store_timestamp_ms": ("int", False, "STORETIMESTAMP"),
+}
+
+FINAL: dict[str, tuple[str, bool, str]] = {
+    "name": ("str", False, "node name"),
+    "role": ("str", False, "SYNC_MASTER, ASYNC_MASTER or SLAVE"),
+    "min_offset": ("int", False, "first offset held"),
+    "flushed": ("int", False, "flushed position at the end"),
+    "wrote": ("int", False, "max offset at the end (== flushed after a clean stop)"),
+    "first_bad_offset": ("int", True, "damage found by the final read-back, null if none"),
+    "recoveries": ("list", False, "recovery summaries of every start of the node, in order"),
+    "disk_damaged": ("bool", False, "a fault of the run changed bytes on this node's disk"),
+    "killed": ("bool", False, "the node was SIGKILLed at least once during the run"),
+}
+
+FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
+    "params.json": PARAMS,
+    "history.jsonl": HISTORY,
+    "faults.jsonl": FAULTS,
+    "observations.jsonl": OBSERVATIONS,
+    "records.jsonl": RECORDS,
+    "final.json": FINAL,
+}
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "float": (float, int),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+class SchemaError(ValueError):
+    """A result file does not match the schema; the message names the file,
+    the line and the field."""
+
+
+def check_row(row: Any, fields: Mapping[str, tuple[str, bool, str]], where: str) -> None:
+    if not isinstance(row, dict):
+        raise SchemaError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for name, (typ, nullable, _) in fields.items():
+        if name not in row:
+            raise SchemaError(f"{where}: missing field {name!r}")
+        value = row[name]
+        if value is None:
+            if not nullable:
+                raise SchemaError(f"{where}: field {name!r} is null")
+            continue
+        ok = isinstance(value, _PY_TYPES[typ])
+        if typ == "int" and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise SchemaError(f"{where}: field {name!r} should be {typ}, got {value!r}")
+
+
+def write_json(path: str, obj: Mapping[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True))
+            f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{path}:{n}: not JSON ({exc.msg})") from None
+    return rows
+
+
+def validate_run_dir(run_dir: str) -> list[str]:
+    """Check every file of a run directory against the schema. Returns the
+    node names; raises SchemaError naming the first problem."""
+
+    def need(rel: str) -> str:
+        path = os.path.join(run_dir, rel)
+        if not os.path.isfile(path):
+            raise SchemaError(f"{run_dir}: missing {rel}")
+        return path
+
+    try:
+        with open(need("params.json"), encoding="utf-8") as f:
+            params = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{run_dir}/params.json: not JSON ({exc.msg})") from None
+    check_row(params, PARAMS, f"{run_dir}/params.json")
+    if params["schema_version"] != SCHEMA_VERSION:
+        raise SchemaError(
+            f"{run_dir}/params.json: schema_version {params['schema_version']}, "
+            f"this dlab reads {SCHEMA_VERSION}"
+        )
+    for rel, fields in (("history.jsonl", HISTORY), ("faults.jsonl", FAULTS),
+                        ("observations.jsonl", OBSERVATIONS)):
+        path = need(rel)
+        for n, row in enumerate(read_jsonl(path), 1):
+            check_row(row, fields, f"{path}:{n}")
+    names = [n["name"] for n in params["nodes"]]
+    for name in names:
+        path = need(os.path.join("nodes", name, "records.jsonl"))
+        for n, row in enumerate(read_jsonl(path), 1):
+            check_row(row, RECORDS, f"{path}:{n}")
+        final_path = need(os.path.join("nodes", name, "final.json"))
+        with open(final_path, encoding="utf-8") as f:
+            try:
+                final = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{final_path}: not JSON ({exc.msg})") from None
+        check_row(final, FINAL, final_path)
+    return names
