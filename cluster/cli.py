@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "store.cli",
     "store.bench",
     "cluster.commands",
+    "cluster.image",
     "ha.bench",
     "chaos.commands",
     "chaos.bench",

@@ -1,0 +1,129 @@
+"""The cluster backend interface: what the CLI and the chaos harness may do to
+a cluster, whatever runs it (local processes by default, docker-compose).
+
+One contract test suite (tests/test_backend_contract.py) drives every
+backend through this interface.
+
+Every node runs `dlab node` with the options NodeSpec.node_args() gives, so
+both backends start the same program the same way. A cluster lives in a
+directory (`ClusterSpec.directory`): `cluster.json` (the spec and each node's
+address; written by `up`, read by any later command), per node
+`nodes/NAME/data` (its store) and `nodes/NAME/node.log`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Role(enum.StrEnum):
+    SYNC_MASTER = "SYNC_MASTER"
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class SlaveAheadPolicy(enum.StrEnum):
+    REJECT = "reject"
+    TRUST = "trust"
+    TRUNCATE = "truncate"
+
+
+class ShipLimit(enum.StrEnum):
+    WROTE = "wrote"
+    FLUSHED = "flushed"
+
+
+class NodeState(enum.StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"  # clean stop or killed, not restarted yet
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """How to start one node. Everything the `dlab node` command takes."""
+
+    name: str
+    role: Role
+    flush: str = "ASYNC_FLUSH"
+    crash_model: str = "power"
+    segment_size_bytes: int = 64 * 1024 * 1024
+    slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
+    ha_ship_limit: ShipLimit = ShipLimit.WROTE
+    failpoints: str = ""
+    extra_args: tuple[str, ...] = ()
+
+    def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str
+                  ) -> list[str]:
+        """Arguments after `dlab node` (no secrets on the command line: the
+        token is read from a file)."""
+        args = [
+            "--name", self.name,
+            "--role", self.role.value,
+            "--flush", self.flush,
+            "--crash-model", self.crash_model,
+            "--segment-size", str(self.segment_size_bytes),
+            "--data-dir", data_dir,
+            "--listen", listen,
+            "--token-file", token_file,
+            "--slave-ahead-policy", self.slave_ahead_policy.value,
+            "--ha-ship-limit", self.ha_ship_limit.value,
+        ]
+        if master:
+            args += ["--master", master]
+        if self.failpoints:
+            args += ["--failpoints", self.failpoints]
+        return args + list(self.extra_args)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    directory: str
+    master: NodeSpec
+    slaves: tuple[NodeSpec, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        return (self.master, *self.slaves)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    role: Role
+    address: str  # host:port the client and harness reach the node's gRPC at
+    state: NodeState
+    data_dir: str  # on the host: what the harness reads after a run
+    log_path: str
+    pid: int | None = None  # local backend
+    container: str | None = None  # compose backend
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendError(RuntimeError):
+    """A backend operation failed; the message says what and how to fix it."""
+
+
+class ClusterBackend(Protocol):
+    """Operations every backend provides. Methods block until done: `up`
+    returns when every node answers its health check; `kill` when the
+    process is gone; `pause` when it is stopped; `restart`/`start` when the
+    node is healthy again (recovery done)."""
+
+    name: str  # "local" | "compose"
+
+    def up(self, spec: ClusterSpec, *, token: str, timeout_s: float = 60.0) -> list[NodeInfo]: ...
+    def nodes(self) -> list[NodeInfo]: ...
+    def node(self, name: str) -> NodeInfo: ...
+    def kill(self, name: str) -> None: ...  # SIGKILL: the node's crash model applies
+    def stop(self, name: str) -> None: ...  # SIGTERM: clean shutdown
+    def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...
+    def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...
+    def pause(self, name: str) -> None: ...  # SIGSTOP / docker pause
+    def resume(self, name: str) -> None: ...
+    def partition(self, a: str, b: str) -> None: ...  # cut the replication link a-b
+    def heal(self, a: str, b: str) -> None: ...
+    def set_failpoints(self, name: str, spec: str) -> None: ...  # applies from next start
+    def down(self) -> None: ...  # stop everything; leaves data dirs, removes the rest
