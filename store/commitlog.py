@@ -30,7 +30,7 @@ import bisect
 import mmap
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from store.checkpoint import CheckpointFile
@@ -273,12 +273,16 @@ class CommitLog:
             return self.wrote
 
     # ---------------------------------------------------------------- flush
-    def flush(self) -> int:
+    def flush(self, on_snapshot: Callable[[], None] | None = None) -> int:
         """Write (POWER) and fsync everything appended so far; advance
         `flushed`; update the checkpoint. Returns `flushed`. Raises
-        StoreFailedError after a write error (and marks the log failed)."""
+        StoreFailedError after a write error (and marks the log failed).
+        `on_snapshot` runs under the append lock at the moment the flush
+        decides what it covers: every append before it is in this flush."""
         with self._flush_lock:
             with self._lock:
+                if on_snapshot is not None:
+                    on_snapshot()
                 if self.failed:
                     raise StoreFailedError(self.failed)
                 n = len(self._p_start)

@@ -44,9 +44,30 @@ class SegmentListing:
     fatal: list[str] = field(default_factory=list)
 
 
+def infer_segment_size(starts: list[int], sizes: dict[int, int]) -> int | None:
+    """The segment size a directory was written with. Two kinds of evidence
+    vote: the sizes of all files but the last (the last may be short), and
+    the distances between consecutive start offsets (the names). A damaged
+    file's size and a missing segment's gap each cast one wrong vote, so the
+    names keep one short file from outvoting the layout. Ties go to a size
+    every start offset is a multiple of, then to the smaller one."""
+    starts = sorted(starts)
+    if not starts:
+        return None
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    votes = [sizes[s] for s in starts[:-1]] + gaps
+    votes = [v for v in votes if v > 0] or [sizes[starts[-1]]]
+    if votes[0] <= 0:
+        return None
+    return max(
+        set(votes),
+        key=lambda v: (votes.count(v), all(s % v == 0 for s in starts), -v),
+    )
+
+
 def list_segments(commitlog_dir: str, expected_size: int | None = None) -> SegmentListing:
     """List and check the segments. The segment size is `expected_size`, or
-    inferred from the files (the most common size among all but the last)."""
+    inferred from the files (see infer_segment_size)."""
     starts: list[int] = []
     sizes: dict[int, int] = {}
     stray: list[str] = []
@@ -62,11 +83,8 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None) -> Segme
     problems = [f"stray file ignored: commitlog/{n}" for n in stray]
     fatal: list[str] = []
     seg_size = expected_size
-    if seg_size is None and starts:
-        full = [sizes[s] for s in starts[:-1]] or [sizes[starts[-1]]]
-        seg_size = max(set(full), key=full.count)
-        if seg_size <= 0:
-            seg_size = None
+    if seg_size is None:
+        seg_size = infer_segment_size(starts, sizes)
     if seg_size:
         for i, start in enumerate(starts):
             name = segment_name(start)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class PutStatus(enum.StrEnum):
@@ -43,8 +43,9 @@ def worse(a: PutStatus, b: PutStatus) -> PutStatus:
     return a if SEVERITY.get(a, 9) >= SEVERITY.get(b, 9) else b
 
 
-@dataclass(frozen=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """One put's outcome (a NamedTuple: built once per put, on the hot path)."""
+
     status: PutStatus
     offset: int = -1
     size: int = 0

@@ -20,6 +20,8 @@ import concurrent.futures
 import contextlib
 import mmap
 import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -56,7 +58,8 @@ class RecoveryReport:
 
 
 class _Generation:
-    """The puts waiting for the next group-commit flush share one future."""
+    """The puts waiting for one group-commit flush share one future: one
+    wake-up per flush instead of one per put."""
 
     __slots__ = ("future", "timer")
 
@@ -69,6 +72,88 @@ class _Generation:
             self.timer.cancel()
         if not self.future.done():
             self.future.set_result(outcome)
+
+
+class _PutBatch:
+    """Puts of one loop tick, appended together by MessageStore._drain."""
+
+    __slots__ = ("messages", "results", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.messages: list[Message] = []
+        self.results: list[PutResult] = []
+        self.future: asyncio.Future[PutStatus] = loop.create_future()
+
+
+class _GroupCommit:
+    """SYNC_FLUSH group commit on its own thread.
+
+    Ordering: a put appends, THEN joins the open generation (both on the loop
+    thread). The flush thread closes the open generation under the append
+    lock at the moment it snapshots what it will write, so a put found in a
+    closed generation was appended before that snapshot and is covered by
+    its fsync. A put that finds no open generation opens the next one. The
+    fsync runs while the loop keeps appending for the next flush; the thread
+    hands results back with one call_soon_threadsafe per flush."""
+
+    def __init__(self, log: CommitLog, loop: asyncio.AbstractEventLoop) -> None:
+        self.log = log
+        self.loop = loop
+        self.open: _Generation | None = None
+        self._closed: _Generation | None = None
+        self._kick = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def join_generation(self) -> _Generation:
+        gen = self.open
+        if gen is None:
+            gen = self.open = _Generation(self.loop)
+        if not self._kick.is_set():
+            self._kick.set()
+            # Hand the GIL to the flush thread now, so its fsync overlaps
+            # the loop's next appends instead of waiting for the loop to idle.
+            time.sleep(0)
+        return gen
+
+    def _close_open(self) -> None:  # flush thread, under the append lock
+        self._closed, self.open = self.open, None
+
+    def _run(self) -> None:
+        while True:
+            self._kick.wait()
+            self._kick.clear()
+            if self._stop:
+                return
+            try:
+                self.log.flush(self._close_open)
+                outcome = "ok"
+            except StoreFailedError:
+                outcome = "failed"
+            gen, self._closed = self._closed, None
+            if gen is not None:
+                try:
+                    self.loop.call_soon_threadsafe(gen.resolve, outcome)
+                except RuntimeError:  # loop closed under us: nobody is waiting
+                    return
+            if outcome == "failed":
+                # Fail everyone still waiting; new puts are refused by append.
+                self._fail_open()
+                return
+
+    def _fail_open(self) -> None:
+        with self.log._lock:
+            self._close_open()
+        gen, self._closed = self._closed, None
+        if gen is not None:
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(gen.resolve, "failed")
+
+    def stop(self) -> None:
+        self._stop = True
+        self._kick.set()
+        self._thread.join()
 
 
 class MessageStore:
@@ -93,8 +178,11 @@ class MessageStore:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._closed = False
-        self._gen: _Generation | None = None
-        self._dirty: asyncio.Event | None = None
+        self._group: _GroupCommit | None = None
+        self._open_batch: _PutBatch | None = None
+        # A cap on coalesced puts, so that under load several flush groups
+        # are in flight: one group's fsync runs while the next is encoded.
+        self._max_coalesce = 32
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -190,30 +278,14 @@ class MessageStore:
     async def start(self) -> None:
         """Start the flush service for the configured mode."""
         loop = asyncio.get_running_loop()
-        self._dirty = asyncio.Event()
-        self._gen = _Generation(loop)
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
-            self._tasks.append(loop.create_task(self._group_commit()))
+            self._group = _GroupCommit(self.log, loop)
         else:
             self._tasks.append(loop.create_task(self._interval_flush()))
         self._tasks.append(loop.create_task(self._checkpoint_sync()))
 
     async def _run(self, fn: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    async def _group_commit(self) -> None:
-        assert self._dirty is not None
-        loop = asyncio.get_running_loop()
-        while not self._closing:
-            await self._dirty.wait()
-            self._dirty.clear()
-            gen, self._gen = self._gen, _Generation(loop)
-            assert gen is not None
-            try:
-                await self._run(self.log.flush)
-                gen.resolve("ok")
-            except StoreFailedError:
-                gen.resolve("failed")
 
     async def _interval_flush(self) -> None:
         cfg = self.config
@@ -246,8 +318,6 @@ class MessageStore:
                     for _ in messages]
         results = self.log.append(messages)
         self.failpoints.hit("after_append_before_flush")
-        if self._dirty is not None:
-            self._dirty.set()
         return results
 
     async def wait_flushed(self, end: int) -> PutStatus:
@@ -255,30 +325,88 @@ class MessageStore:
         group commit (FLUSH_DISK_TIMEOUT after sync_flush_timeout_ms;
         SERVICE_NOT_AVAILABLE if the flush failed). Under ASYNC_FLUSH returns
         PUT_OK at once: the mode promises nothing about the disk."""
-        if self.config.flush_mode != FlushMode.SYNC_FLUSH or self.log.flushed >= end:
+        if self.config.flush_mode != FlushMode.SYNC_FLUSH:
             return PutStatus.PUT_OK
-        gen = self._gen
-        if gen is None:
+        group = self._group
+        if group is None:
             raise RuntimeError("store.start() was not called")
-        if gen.timer is None:
-            gen.timer = asyncio.get_running_loop().call_later(
-                self.config.sync_flush_timeout_ms / 1000, gen.resolve, "timeout")
-        outcome = await gen.future
-        if outcome == "ok" or self.log.flushed >= end:
-            return PutStatus.PUT_OK
-        if outcome == "timeout":
-            return PutStatus.FLUSH_DISK_TIMEOUT
-        return PutStatus.SERVICE_NOT_AVAILABLE
+        timeout_s = self.config.sync_flush_timeout_ms / 1000
+        deadline: float | None = None
+        while self.log.flushed < end:
+            gen = group.join_generation()
+            if gen.timer is None:
+                # One timer per generation: puts that join later get at most
+                # one flush cycle less than sync_flush_timeout_ms.
+                gen.timer = group.loop.call_later(timeout_s, gen.resolve, "timeout")
+            outcome = await gen.future
+            if outcome == "failed":
+                return PutStatus.SERVICE_NOT_AVAILABLE
+            if outcome == "timeout" and self.log.flushed < end:
+                return PutStatus.FLUSH_DISK_TIMEOUT
+            if deadline is None:
+                deadline = group.loop.time() + timeout_s
+            elif group.loop.time() > deadline:
+                return PutStatus.FLUSH_DISK_TIMEOUT
+        return PutStatus.PUT_OK
 
     async def put(self, message: Message) -> PutResult:
-        (result,) = self.append([message])
-        if result.status != PutStatus.PUT_OK:
+        """Append one message and wait as the flush mode says.
+
+        Concurrent puts are coalesced: the first put of a loop tick schedules
+        one drain, every put of that tick joins its batch, and the drain
+        appends them with one lock and one buffer (what put_batch does) and
+        waits for the flush once for all of them. Each put still gets its
+        own offset and status."""
+        batch = self._open_batch
+        if batch is None or len(batch.messages) >= self._max_coalesce:
+            loop = asyncio.get_running_loop()
+            batch = self._open_batch = _PutBatch(loop)
+            loop.call_soon(self._drain, batch)
+        index = len(batch.messages)
+        batch.messages.append(message)
+        status = await batch.future
+        result = batch.results[index]
+        if result.status is not PutStatus.PUT_OK or status is PutStatus.PUT_OK:
             return result
-        status = await self.wait_flushed(result.end)
-        if status == PutStatus.PUT_OK:
-            return result
-        return PutResult(status, result.offset, result.size, result.msg_id,
-                         result.store_timestamp_ms, detail=self.log.failed or "")
+        return result._replace(status=status, detail=self.log.failed or "")
+
+    def _drain(self, batch: _PutBatch) -> None:
+        if self._open_batch is batch:
+            self._open_batch = None
+        batch.results = results = self.append(batch.messages)
+        ends = [r.offset + r.size for r in results if r.status is PutStatus.PUT_OK]
+        if not ends or self.config.flush_mode != FlushMode.SYNC_FLUSH:
+            batch.future.set_result(PutStatus.PUT_OK)
+            return
+        if self._group is None:
+            raise RuntimeError("store.start() was not called")
+        deadline = batch.future.get_loop().time() + self.config.sync_flush_timeout_ms / 1000
+        self._flush_callback(max(ends), batch.future, deadline)
+
+    def _flush_callback(self, end: int, done: asyncio.Future[PutStatus], deadline: float) -> None:
+        """Resolve `done` once `flushed` covers `end` (callbacks, not a task:
+        one wake-up per batch)."""
+        group = self._group
+        assert group is not None
+        if self.log.flushed >= end:
+            done.set_result(PutStatus.PUT_OK)
+            return
+        gen = group.join_generation()
+        if gen.timer is None:
+            gen.timer = group.loop.call_at(deadline, gen.resolve, "timeout")
+
+        def on_flush(f: asyncio.Future[str]) -> None:
+            outcome = f.result()
+            if outcome == "failed":
+                done.set_result(PutStatus.SERVICE_NOT_AVAILABLE)
+            elif self.log.flushed >= end:
+                done.set_result(PutStatus.PUT_OK)
+            elif outcome == "timeout" or group.loop.time() >= deadline:
+                done.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+            else:
+                self._flush_callback(end, done, deadline)
+
+        gen.future.add_done_callback(on_flush)
 
     async def put_batch(self, messages: Sequence[Message]) -> list[PutResult]:
         results = self.append(messages)
@@ -322,8 +450,10 @@ class MessageStore:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self._gen is not None:
-            self._gen.resolve("failed")
+        if self._group is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._group.stop)
+            if self._group.open is not None:
+                self._group.open.resolve("failed")
         try:
             await self._run(self._close_files)
         finally:
@@ -335,6 +465,8 @@ class MessageStore:
         if self._closed:
             return
         self._closing = True
+        if self._group is not None:
+            self._group.stop()
         try:
             self._close_files()
         finally:

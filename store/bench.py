@@ -1,0 +1,296 @@
+"""Store benchmarks: `dlab bench store`, `dlab bench group-commit`,
+`dlab bench recovery`. Each measures its baseline in the same run and prints
+a table, then one JSON object as its last line (`ratio` is the figure).
+
+- store: bytes/s of the batch append API under ASYNC_FLUSH (1 KiB bodies,
+  flushed by the flusher as in production, plus the final flush) over raw
+  sequential write + fsync of the same bytes.
+- group-commit: puts/s of 64 concurrent producers under SYNC_FLUSH over puts/s
+  of one fsync per put (write one encoded record, fsync, repeat).
+- recovery: abnormal recovery of a store of N bytes (no checkpoint, so every
+  record is verified: size, magic, layout, position, body CRC) over reading
+  the same bytes sequentially and computing CRC-32 over all of them; the
+  ratio is time over time, so lower is better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from store.config import GIB, MIB, CrashModel, FlushMode, StoreConfig
+from store.record import Message, encode
+from store.store import MessageStore
+
+
+def _messages(n: int, body_size: int, prefix: str = "m") -> list[Message]:
+    body = os.urandom(body_size)
+    return [Message("bench", body, {"UNIQ_KEY": f"{prefix}{i:012d}"}) for i in range(n)]
+
+
+def _emit(title: str, rows: list[tuple[str, str]], figures: dict[str, Any]) -> None:
+    print(title)
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+    print(json.dumps(figures, sort_keys=True))
+
+
+def _raw_write_fsync(path: str, data: bytes, chunk: int) -> float:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        view = memoryview(data)
+        for i in range(0, len(data), chunk):
+            os.write(fd, view[i : i + chunk])
+        os.fsync(fd)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------- append
+def bench_store(total_mib: int, body_size: int, batch: int, workdir: str) -> dict[str, Any]:
+    seg = 256 * MIB
+    msgs_total = total_mib * MIB // (body_size + 120)
+    batches = [
+        _messages(batch, body_size, f"b{j}-") for j in range(max(1, msgs_total // batch))
+    ]
+    cfg = StoreConfig(segment_size_bytes=seg, flush_mode=FlushMode.ASYNC_FLUSH,
+                      crash_model=CrashModel.POWER)
+    path = os.path.join(workdir, "append")
+
+    async def run() -> tuple[float, int]:
+        store = MessageStore.open(path, cfg)
+        await store.start()
+        t0 = time.perf_counter()
+        for i, msgs in enumerate(batches):
+            store.append(msgs)
+            if i % 16 == 15:
+                await asyncio.sleep(0)  # let the flusher run, as in a node
+        await store.flush()
+        dt = time.perf_counter() - t0
+        wrote = store.log.wrote
+        await store.close()
+        return dt, wrote
+
+    dt, nbytes = asyncio.run(run())
+    data = b"".join(bytes(store_bytes) for store_bytes in _read_all(path, nbytes))
+    shutil.rmtree(path)
+    raw = _raw_write_fsync(os.path.join(workdir, "raw"), data, 1 * MIB)
+    os.unlink(os.path.join(workdir, "raw"))
+    store_bps = nbytes / dt
+    raw_bps = len(data) / raw
+    return {
+        "bench": "store", "bytes": nbytes, "messages": len(batches) * batch,
+        "body_size": body_size, "batch": batch, "store_bytes_per_s": round(store_bps),
+        "raw_write_fsync_bytes_per_s": round(raw_bps), "ratio": round(store_bps / raw_bps, 3),
+        "goal": ">= 0.5",
+    }
+
+
+def _read_all(path: str, nbytes: int) -> list[bytes]:
+    out = []
+    d = os.path.join(path, "commitlog")
+    left = nbytes
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            chunk = f.read(min(left, os.path.getsize(os.path.join(d, name))))
+        out.append(chunk)
+        left -= len(chunk)
+        if left <= 0:
+            break
+    return out
+
+
+# ----------------------------------------------------------- group commit
+def bench_group_commit(producers: int, seconds: float, body_size: int, workdir: str
+                       ) -> dict[str, Any]:
+    path = os.path.join(workdir, "gc")
+    cfg = StoreConfig(segment_size_bytes=256 * MIB, flush_mode=FlushMode.SYNC_FLUSH)
+
+    async def run(n_producers: int) -> tuple[int, float, int]:
+        store = MessageStore.open(path, cfg)
+        await store.start()
+        body = os.urandom(body_size)
+        count = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def producer(p: int) -> None:
+            nonlocal count
+            i = 0
+            while time.perf_counter() < stop_at:
+                r = await store.put(Message("bench", body, {"UNIQ_KEY": f"p{p}-{i}"}))
+                assert r.status.value == "PUT_OK", r
+                i += 1
+                count += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(producer(p) for p in range(n_producers)))
+        dt = time.perf_counter() - t0
+        fsyncs = store.log.fsyncs
+        await store.close()
+        shutil.rmtree(path)
+        return count, dt, fsyncs
+
+    n, dt, fsyncs = run_result = asyncio.run(run(producers))
+    del run_result
+    # Baseline: one fsync per put, the same encoded record bytes.
+    record = encode(Message("bench", os.urandom(body_size), {"UNIQ_KEY": "p0-000000"}),
+                    offset=0, queue_offset=0, store_timestamp_ms=0)
+    raw_path = os.path.join(workdir, "raw")
+    fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    base_n = 0
+    t0 = time.perf_counter()
+    stop_at = t0 + seconds
+    while time.perf_counter() < stop_at:
+        os.write(fd, record)
+        os.fdatasync(fd)
+        base_n += 1
+    base_dt = time.perf_counter() - t0
+    os.close(fd)
+    os.unlink(raw_path)
+    single_n, single_dt, _ = asyncio.run(run(1))
+    puts = n / dt
+    base = base_n / base_dt
+    return {
+        "bench": "group-commit", "producers": producers, "puts": n,
+        "puts_per_s": round(puts), "fsyncs": fsyncs, "puts_per_fsync": round(n / max(1, fsyncs), 1),
+        "one_fsync_per_put_per_s": round(base), "store_one_producer_puts_per_s":
+        round(single_n / single_dt), "ratio": round(puts / base, 2), "goal": ">= 20",
+    }
+
+
+# --------------------------------------------------------------- recovery
+def _baseline_crc_scan(commitlog: str, nbytes: int) -> float:
+    """Read the segment files sequentially and CRC every byte of data, in
+    8 MiB chunks: the IO and checksum cost of the same bytes, with none of the
+    per-record work recovery adds."""
+    t0 = time.perf_counter()
+    left = nbytes
+    chunk = 8 * MIB
+    for name in sorted(os.listdir(commitlog)):
+        if left <= 0:
+            break
+        fd = os.open(os.path.join(commitlog, name), os.O_RDONLY)
+        try:
+            crc = 0
+            while left > 0:
+                data = os.read(fd, min(chunk, left))
+                if not data:
+                    break
+                crc = zlib.crc32(data, crc)
+                left -= len(data)
+        finally:
+            os.close(fd)
+    return time.perf_counter() - t0
+
+
+def _drop_caches(path: str) -> None:
+    """Evict the files from the page cache where the OS allows (both sides of
+    the comparison then read from the same state)."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def bench_recovery(total_mib: int, body_size: int, workdir: str) -> dict[str, Any]:
+    path = os.path.join(workdir, "recovery")
+    seg = min(GIB, 256 * MIB)
+    cfg = StoreConfig(segment_size_bytes=seg, flush_mode=FlushMode.ASYNC_FLUSH)
+    store = MessageStore.open(path, cfg)
+    batch = _messages(1000, body_size)
+    target = total_mib * MIB
+    while store.log.wrote < target:
+        store.append(batch)
+        if store.log.dirty_bytes > 64 * MIB:
+            store.log.flush()
+    store.close_sync()
+    # Make the next open abnormal with a checkpoint older than every record.
+    open(os.path.join(path, "abort"), "wb").close()
+    os.unlink(os.path.join(path, "checkpoint"))
+    _drop_caches(path)
+    t0 = time.perf_counter()
+    store = MessageStore.open(path, cfg)
+    rec_dt = time.perf_counter() - t0
+    report = store.recovery
+    store.close_sync()
+    _drop_caches(path)
+    base_dt = _baseline_crc_scan(os.path.join(path, "commitlog"), report.max_valid_offset)
+    shutil.rmtree(path)
+    return {
+        "bench": "recovery", "bytes": report.max_valid_offset, "records": report.records_scanned,
+        "abnormal": report.abnormal, "recovery_s": round(rec_dt, 3),
+        "read_and_crc_s": round(base_dt, 3), "ratio": round(rec_dt / base_dt, 3),
+        "goal": "<= 1.5",
+    }
+
+
+# -------------------------------------------------------------------- CLI
+def _workdir(args: argparse.Namespace) -> str:
+    base = args.workdir or None
+    return tempfile.mkdtemp(prefix="dlab-bench-", dir=base)
+
+
+def _run(fn: Callable[[str], dict[str, Any]], title: str, args: argparse.Namespace) -> int:
+    work = _workdir(args)
+    try:
+        figures = fn(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [(k, str(v)) for k, v in figures.items() if k != "bench"]
+    _emit(title, rows, figures)
+    return 0
+
+
+def register(sub: Any, bench_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workdir", help="where to write the benchmark's files "
+                        "(default: the system temp dir; put it on the disk you care about)")
+    p = bench_sub.add_parser(
+        "store", parents=[common], help="batch append under ASYNC_FLUSH vs raw write+fsync",
+        description="Appends 1 KiB messages through the batch API under ASYNC_FLUSH "
+        "(the flusher running as in a node), then compares bytes/s with a raw "
+        "sequential write + fsync of the same bytes. Goal: ratio >= 0.5.")
+    p.add_argument("--mib", type=int, default=512, help="bytes to append, MiB (default 512)")
+    p.add_argument("--body-size", type=int, default=1024, help="body bytes (default 1024)")
+    p.add_argument("--batch", type=int, default=256, help="messages per batch (default 256)")
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_store(a.mib, a.body_size, a.batch, w), "store append", a))
+
+    p = bench_sub.add_parser(
+        "group-commit", parents=[common],
+        help="SYNC_FLUSH puts/s with 64 producers vs one fsync per put",
+        description="64 concurrent producers put under SYNC_FLUSH (group commit) for "
+        "--seconds; the baseline writes one record and fsyncs, per put, for as long. "
+        "Goal: ratio >= 20.")
+    p.add_argument("--producers", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--body-size", type=int, default=1024)
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_group_commit(a.producers, a.seconds, a.body_size, w),
+        "group commit", a))
+
+    p = bench_sub.add_parser(
+        "recovery", parents=[common],
+        help="abnormal recovery time vs reading and CRC-checking the same bytes",
+        description="Writes --mib of 1 KiB messages, marks the store as crashed with no "
+        "checkpoint (so recovery checks everything), times the recovery, then times "
+        "reading the same files and CRC-checking every record body. Goal: ratio <= 1.5.")
+    p.add_argument("--mib", type=int, default=1024, help="store size, MiB (default 1024)")
+    p.add_argument("--body-size", type=int, default=1024)
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_recovery(a.mib, a.body_size, w), "abnormal recovery", a))
