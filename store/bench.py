@@ -256,7 +256,7 @@ def _run(fn: Callable[[str], dict[str, Any]], title: str, args: argparse.Namespa
     return 0
 
 
-def register(sub: Any, bench_sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: Any, bench_sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workdir", help="where to write the benchmark's files "
                         "(default: the system temp dir; put it on the disk you care about)")

@@ -27,6 +27,7 @@ serialises flushes and truncation.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 import threading
@@ -163,7 +164,7 @@ class CommitLog:
         self._p_data.append(data)
         self.wrote = logical_end
 
-    def append(self, messages: Sequence[Message], *, max_bytes: int | None = None) -> list[PutResult]:
+    def append(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append messages in order under one lock, one buffer per segment
         touched. Each gets PUT_OK (appended, not yet durable), MESSAGE_ILLEGAL
         (not written), or SERVICE_NOT_AVAILABLE once the log has failed."""
@@ -326,10 +327,10 @@ class CommitLog:
                     del self._p_data[: self._head]
                     self._head = 0
                 self._check()
-            try:
+            # A failed checkpoint write is harmless: a stale checkpoint only
+            # widens the next recovery scan.
+            with contextlib.suppress(OSError):
                 self.checkpoint.update(last_ts)
-            except OSError:
-                pass  # a stale checkpoint only widens the next recovery scan
             return target
 
     def sync_checkpoint(self) -> None:

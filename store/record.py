@@ -78,7 +78,7 @@ _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE: enough to walk records
 # The whole fixed part of an all-IPv4 record, for the fast encoder.
 _V4_FIXED = struct.Struct(">iIiiiqqiq4siq4siiqi")
 V4_FIXED_SIZE = _V4_FIXED.size  # 88: everything before the body bytes
-assert V4_FIXED_SIZE == _HEAD.size + _HOSTS_V4.size + _TAIL.size
+assert _HEAD.size + _HOSTS_V4.size + _TAIL.size == V4_FIXED_SIZE
 
 
 class CorruptRecordError(ValueError):

@@ -18,13 +18,12 @@ data; anything else is damage, and everything from it on is dropped.
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from store.checkpoint import Checkpoint
-import struct
-import zlib
-
 from store.record import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
@@ -111,7 +110,7 @@ def scan_segment(
                     if (
                         not sys_flag & _V6_FLAGS
                         and phys == seg_start + pos
-                        and 0 <= body_len
+                        and body_len >= 0
                         and e + 3 <= end
                         and crc32(view[b:e]) & 0x7FFFFFFF == crc
                     ):

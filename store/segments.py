@@ -153,7 +153,7 @@ class Segment:
         return cls(directory, start, size, fd)
 
     def pwrite(self, pos: int, data: bytes | memoryview) -> None:
-        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        assert pos >= 0 and pos + len(data) <= self.size, (pos, len(data), self.size)
         view = memoryview(data)
         while view:
             n = os.pwrite(self.fd, view, pos)
