@@ -1,0 +1,404 @@
+"""One chaos run, start to finish, written as a result directory
+(chaos/schema.py).
+
+Phases:
+1. up: a master and its slaves on the chosen backend; failpoints from the
+   run plan armed on their nodes.
+2. load + faults: the workload runs against the master while the scenario's
+   steps fire at seeded times. When a crashed master is started again, the
+   harness records the slaves' offsets (read while the master was down, so
+   nothing has moved them) against the recovered master's: the slave-ahead
+   observation.
+3. end, the same for every run: paused nodes resumed, links healed, downed
+   nodes started (recovered), replication given time to settle, every node
+   stopped cleanly, every store read back from disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import random
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos import disk_faults
+from chaos.plan import RunPlan, plan_run
+from chaos.readback import read_back
+from chaos.scenarios import Scenario, Step
+from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
+from chaos.workload import Sender, Workload, WorkloadConfig
+from cluster.backend import (
+    ClusterBackend,
+    ClusterSpec,
+    NodeSpec,
+    NodeState,
+    Role,
+    ShipLimit,
+    SlaveAheadPolicy,
+)
+
+ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
+FLUSHES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    scenario: Scenario
+    role: str
+    flush: str
+    seed: int
+    out_dir: str
+    backend: str = "local"
+    crash_model: str = "power"
+    slave_ahead_policy: str = "reject"
+    ha_ship_limit: str = "wrote"
+    slaves: int = 1
+    segment_size_bytes: int = 4 * 1024 * 1024
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    settle_timeout_s: float = 5.0
+    keep_cluster_dir: bool = True
+
+    def validate(self) -> RunConfig:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.flush not in FLUSHES:
+            raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {self.flush!r}")
+        if self.crash_model not in ("power", "process"):
+            raise ValueError("crash model must be power or process")
+        SlaveAheadPolicy(self.slave_ahead_policy)
+        ShipLimit(self.ha_ship_limit)
+        if self.slaves < 1:
+            raise ValueError("a chaos run needs at least one slave")
+        self.workload.validate()
+        return self
+
+    @property
+    def run_id(self) -> str:
+        return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
+                f"{self.slave_ahead_policy}-s{self.seed}")
+
+
+BackendFactory = Callable[[str, str], ClusterBackend]  # (backend name, cluster dir)
+SenderFactory = Callable[[str, str], Any]  # (address, token) -> async context manager Sender
+StatusFn = Callable[[str, str], dict[str, Any]]  # (address, token) -> node status (blocking)
+
+
+@dataclass
+class _State:
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    recoveries: dict[str, list[str]] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)
+    damaged: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    partitioned: set[tuple[str, str]] = field(default_factory=set)
+    slave_offsets_while_master_down: dict[str, int] = field(default_factory=dict)
+
+
+class Run:
+    def __init__(self, cfg: RunConfig, *, backend_factory: BackendFactory,
+                 sender_factory: SenderFactory, status: StatusFn,
+                 log: Callable[[str], None] = lambda s: None) -> None:
+        self.cfg = cfg.validate()
+        self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
+        self.run_dir = os.path.join(cfg.out_dir, cfg.run_id)
+        self.cluster_dir = os.path.join(self.run_dir, "cluster")
+        self._backend_factory = backend_factory
+        self._sender_factory = sender_factory
+        self._status = status
+        self._log = log
+        self.state = _State()
+        self.master = "master"
+        self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
+        self.token = secrets.token_hex(16)
+
+    # ------------------------------------------------------------ helpers
+    def _targets(self, target: str) -> list[str]:
+        if target == "master":
+            return [self.master]
+        if target == "slave":
+            return [self.slaves[0]]
+        return [self.master, *self.slaves]
+
+    def _fault(self, kind: str, node: str | None, start: int, *, peer: str | None = None,
+               damages: bool = False, detail: str | None = None, end: int | None = None) -> None:
+        self.state.faults.append({
+            "fault_id": len(self.state.faults), "kind": kind, "node": node, "peer": peer,
+            "start_ms": start, "end_ms": end, "damages_disk": damages, "detail": detail,
+        })
+        self._log(f"  fault {kind} {node or ''} {detail or ''}".rstrip())
+
+    def _record_recovery(self, backend: ClusterBackend, name: str) -> dict[str, Any] | None:
+        try:
+            st = self._status(backend.node(name).address, self.token)
+        except Exception as exc:  # a status failure must not end the run
+            self.state.recoveries.setdefault(name, []).append(f"status unavailable: {exc}")
+            return None
+        self.state.recoveries.setdefault(name, []).append(str(st.get("recovery", "")))
+        return st
+
+    def _wrote(self, backend: ClusterBackend, name: str) -> int | None:
+        try:
+            return int(self._status(backend.node(name).address, self.token)["wrote"])
+        except Exception:
+            return None
+
+    # -------------------------------------------------------------- steps
+    def _apply(self, backend: ClusterBackend, step: Step) -> None:
+        t = now_ms()
+        rng = random.Random(self.plan.disk_fault_seed + len(self.state.faults))
+        for name in self._targets(step.target):
+            if step.action == "kill":
+                backend.kill(name)
+                self.state.killed.add(name)
+                self._fault("kill", name, t)
+            elif step.action == "stop":
+                backend.stop(name)
+                self._fault("stop", name, t)
+            elif step.action in ("start", "restart"):
+                if name == self.master:
+                    self._before_master_start(backend)
+                if step.action == "restart":
+                    backend.restart(name)
+                else:
+                    backend.start(name)
+                self._fault(step.action, name, t, end=now_ms())
+                st = self._record_recovery(backend, name)
+                if name == self.master and st is not None:
+                    self._observe_slave_ahead(int(st["wrote"]))
+            elif step.action == "pause":
+                backend.pause(name)
+                self.state.paused.add(name)
+                self._fault("pause", name, t)
+            elif step.action == "resume":
+                backend.resume(name)
+                self.state.paused.discard(name)
+                self._close_fault("pause", name)
+                self._fault("resume", name, t, end=t)
+            elif step.action in ("partition", "heal"):
+                for s in self.slaves:
+                    if step.action == "partition":
+                        backend.partition(self.master, s)
+                        self.state.partitioned.add((self.master, s))
+                        self._fault("partition", self.master, t, peer=s)
+                    else:
+                        backend.heal(self.master, s)
+                        self.state.partitioned.discard((self.master, s))
+                        self._close_fault("partition", self.master)
+                        self._fault("heal", self.master, t, peer=s, end=t)
+                return
+            elif step.action == "await_crash":
+                self._await_crash(backend, name, t)
+            elif step.action in ("torn_tail", "bit_flip"):
+                info = backend.node(name)
+                fn = disk_faults.torn_tail if step.action == "torn_tail" else disk_faults.bit_flip
+                detail = fn(info.data_dir, rng)
+                self.state.damaged.add(name)
+                self._fault(step.action, name, t, damages=True, detail=detail, end=now_ms())
+            else:  # pragma: no cover - scenarios are validated at definition
+                raise ValueError(step.action)
+
+    def _close_fault(self, kind: str, node: str) -> None:
+        for f in reversed(self.state.faults):
+            if f["kind"] == kind and f["node"] == node and f["end_ms"] is None:
+                f["end_ms"] = now_ms()
+                return
+
+    def _await_crash(self, backend: ClusterBackend, name: str, t: int) -> None:
+        spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if backend.node(name).state == NodeState.STOPPED:
+                self.state.killed.add(name)
+                self._fault("failpoint", name, now_ms(), detail=f"fired: {spec}")
+                return
+            time.sleep(0.05)
+        backend.kill(name)
+        self.state.killed.add(name)
+        self._fault("kill", name, now_ms(), detail=f"failpoint {spec} did not fire in 10 s")
+
+    def _before_master_start(self, backend: ClusterBackend) -> None:
+        """Read each slave's max offset while the master is down: nothing
+        can move it until the master is back."""
+        self.state.slave_offsets_while_master_down.clear()
+        for s in self.slaves:
+            if backend.node(s).state == NodeState.RUNNING and s not in self.state.paused:
+                w = self._wrote(backend, s)
+                if w is not None:
+                    self.state.slave_offsets_while_master_down[s] = w
+
+    def _observe_slave_ahead(self, master_wrote: int) -> None:
+        for s, off in self.state.slave_offsets_while_master_down.items():
+            self.state.observations.append({
+                "time_ms": now_ms(), "kind": "slave_ahead", "master": self.master, "slave": s,
+                "master_offset": master_wrote, "slave_offset": off,
+                "detail": f"slave ahead by {off - master_wrote} bytes"
+                if off > master_wrote else "slave not ahead",
+            })
+        self.state.slave_offsets_while_master_down.clear()
+
+    # ---------------------------------------------------------------- run
+    def execute(self) -> str:
+        cfg = self.cfg
+        if os.path.exists(self.run_dir):
+            shutil.rmtree(self.run_dir)
+        os.makedirs(self.run_dir)
+        started = now_ms()
+        backend = self._backend_factory(cfg.backend, self.cluster_dir)
+        master = NodeSpec(
+            name=self.master, role=Role(cfg.role), flush=cfg.flush, crash_model=cfg.crash_model,
+            segment_size_bytes=cfg.segment_size_bytes,
+            slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
+            ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
+            failpoints=self.plan.failpoints.get("master", ""),
+        )
+        slaves = tuple(NodeSpec(
+            name=s, role=Role.SLAVE, flush=cfg.flush, crash_model=cfg.crash_model,
+            segment_size_bytes=cfg.segment_size_bytes,
+            slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
+            ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
+            failpoints=self.plan.failpoints.get("slave", "") if i == 0 else "",
+        ) for i, s in enumerate(self.slaves))
+        spec = ClusterSpec(directory=self.cluster_dir, master=master, slaves=slaves)
+        history: list[dict[str, Any]] = []
+        try:
+            backend.up(spec, token=self.token)
+            for name in (self.master, *self.slaves):
+                self._record_recovery(backend, name)
+            history = asyncio.run(self._drive(backend))
+            self._end_phase(backend)
+            self._write(backend, history, started)
+        finally:
+            try:
+                backend.down()
+            except Exception as exc:  # report, but keep the results written
+                self._log(f"  cluster down failed: {exc}")
+        return self.run_dir
+
+    async def _drive(self, backend: ClusterBackend) -> list[dict[str, Any]]:
+        cfg = self.cfg
+        address = backend.node(self.master).address
+        loop = asyncio.get_running_loop()
+        async with self._sender_factory(address, self.token) as sender:
+            sender_: Sender = sender
+            workload = Workload(cfg.workload, sender_, seed=self.plan.workload_seed,
+                                node=self.master, run_tag=f"s{cfg.seed}")
+            load = asyncio.create_task(workload.run(cfg.scenario.load_s + 60.0))
+            t0 = loop.time()
+            for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
+                await asyncio.sleep(delay)
+                await loop.run_in_executor(None, self._apply, backend, step)
+            left = cfg.scenario.load_s - (loop.time() - t0)
+            await asyncio.sleep(max(left, cfg.scenario.settle_s))
+            workload.stop()
+            return await load
+
+    def _end_phase(self, backend: ClusterBackend) -> None:
+        t = now_ms()
+        for name in list(self.state.paused):
+            backend.resume(name)
+            self._close_fault("pause", name)
+            self._fault("resume", name, t, end=t, detail="end of run")
+        self.state.paused.clear()
+        for a, b in list(self.state.partitioned):
+            backend.heal(a, b)
+            self._close_fault("partition", a)
+            self._fault("heal", a, t, peer=b, end=t, detail="end of run")
+        self.state.partitioned.clear()
+        for name in (self.master, *self.slaves):
+            if backend.node(name).state == NodeState.STOPPED:
+                if name == self.master:
+                    self._before_master_start(backend)
+                backend.start(name)
+                self._fault("start", name, t, end=now_ms(), detail="end of run")
+                st = self._record_recovery(backend, name)
+                if name == self.master and st is not None:
+                    self._observe_slave_ahead(int(st["wrote"]))
+        self._settle(backend)
+        for name in (*self.slaves, self.master):
+            backend.stop(name)
+
+    def _settle(self, backend: ClusterBackend) -> None:
+        deadline = time.monotonic() + self.cfg.settle_timeout_s
+        while time.monotonic() < deadline:
+            mw = self._wrote(backend, self.master)
+            sw = [self._wrote(backend, s) for s in self.slaves]
+            if mw is not None and all(w is not None and w >= mw for w in sw):
+                detail = "replication settled"
+                break
+            time.sleep(0.1)
+        else:
+            detail = "replication did not settle in time"
+        self.state.observations.append({
+            "time_ms": now_ms(), "kind": "settle", "master": self.master, "slave": None,
+            "master_offset": self._wrote(backend, self.master), "slave_offset": None,
+            "detail": detail,
+        })
+
+    def _write(self, backend: ClusterBackend, history: list[dict[str, Any]], started: int
+               ) -> None:
+        cfg = self.cfg
+        nodes_dir = os.path.join(self.run_dir, "nodes")
+        for name in (self.master, *self.slaves):
+            info = backend.node(name)
+            rb = read_back(info.data_dir)
+            d = os.path.join(nodes_dir, name)
+            os.makedirs(d, exist_ok=True)
+            write_jsonl(os.path.join(d, "records.jsonl"), rb.records)
+            write_json(os.path.join(d, "final.json"), {
+                "name": name, "role": info.role.value, "min_offset": rb.min_offset,
+                "flushed": rb.end_offset, "wrote": rb.end_offset,
+                "first_bad_offset": rb.first_bad_offset,
+                "recoveries": self.state.recoveries.get(name, []),
+                "disk_damaged": name in self.state.damaged,
+                "killed": name in self.state.killed,
+            })
+            if os.path.exists(info.log_path):
+                shutil.copyfile(info.log_path, os.path.join(d, "node.log"))
+        write_jsonl(os.path.join(self.run_dir, "history.jsonl"), history)
+        write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.state.faults)
+        write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.state.observations)
+        write_json(os.path.join(self.run_dir, "params.json"), {
+            "schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "role": cfg.role,
+            "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,
+            "backend": cfg.backend, "crash_model": cfg.crash_model,
+            "slave_ahead_policy": cfg.slave_ahead_policy, "ha_ship_limit": cfg.ha_ship_limit,
+            "nodes": [{"name": n, "role": backend.node(n).role.value}
+                      for n in (self.master, *self.slaves)],
+            "failpoints": {self.master if t == "master" else self.slaves[0]: s
+                           for t, s in self.plan.failpoints.items()},
+            "versions": _versions(), "started_ms": started, "ended_ms": now_ms(),
+            "plan": {"step_delays_s": list(self.plan.step_delays_s),
+                     "workload_seed": self.plan.workload_seed},
+        })
+        if not cfg.keep_cluster_dir:
+            shutil.rmtree(self.cluster_dir, ignore_errors=True)
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("durability-lab", "grpcio"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def dump_plan(plan: RunPlan) -> str:
+    return json.dumps({"seed": plan.seed, "scenario": plan.scenario,
+                       "step_delays_s": plan.step_delays_s, "failpoints": plan.failpoints,
+                       "workload_seed": plan.workload_seed}, sort_keys=True)
