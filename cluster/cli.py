@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "cluster.image",
     "ha.bench",
     "chaos.commands",
+    "chaos.run_commands",
     "chaos.bench",
 ]
 

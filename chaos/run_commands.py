@@ -1,0 +1,204 @@
+"""`dlab chaos run`, `dlab chaos matrix`, `dlab chaos scenarios`,
+`dlab chaos plan`: the chaos harness from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from chaos import scenarios
+from chaos.matrix import MatrixConfig, run_matrix
+from chaos.plan import plan_run
+from chaos.runner import FLUSHES, ROLES, Run, RunConfig
+from chaos.workload import WorkloadConfig
+from cluster.cli import UserError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _scenario_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in scenarios.SCENARIOS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario(s) {', '.join(unknown)}; see `dlab chaos scenarios`")
+    return names
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("local", "compose"), default="local",
+                   help="where nodes run: local processes (default) or docker-compose")
+    p.add_argument("--crash-model", choices=("power", "process"), default="power",
+                   help="power (default): a kill loses unflushed bytes, like a power cut; "
+                   "process: a kill loses nothing the OS holds")
+    p.add_argument("--slave-ahead-policy", choices=("reject", "trust", "truncate"),
+                   default="reject", help="what a master does when a slave reports more "
+                   "than it has (default reject, RocketMQ 4.9.3+)")
+    p.add_argument("--ha-ship-limit", choices=("wrote", "flushed"), default="wrote",
+                   help="ship bytes up to the master's written (default) or flushed position")
+    p.add_argument("--slaves", type=_positive_int, default=1, help="slaves per cluster (1)")
+    p.add_argument("--producers", type=_positive_int, default=4,
+                   help="concurrent producers (4)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="messages/s per producer (default: as fast as acks come)")
+    p.add_argument("--retries", type=int, default=0,
+                   help="client retries of a failed send, same message id (0)")
+
+
+def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "backend": args.backend, "crash_model": args.crash_model,
+        "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
+        "slaves": args.slaves,
+        "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
+                                   retries=args.retries),
+    }
+
+
+def make_run(cfg: RunConfig, log: Any = None) -> Run:
+    from chaos.connect import backend_factory, sender_factory, status_of
+
+    return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
+               status=status_of, log=log or (lambda s: None))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        cfg = RunConfig(scenario=scenarios.get(args.scenario), role=args.role, flush=args.flush,
+                        seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
+    except (KeyError, ValueError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    print(f"run {cfg.run_id}: {cfg.scenario.description}", flush=True)
+    run_dir = make_run(cfg, log=lambda s: print(s, flush=True)).execute()
+    print(f"results: {run_dir}")
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    names = args.scenarios or list(
+        scenarios.QUICK_MATRIX if args.quick else scenarios.DEFAULT_MATRIX)
+    runs = args.runs or 1
+    for value, allowed, what in ((args.roles, ROLES, "role"), (args.flushes, FLUSHES, "flush")):
+        bad = [v for v in value if v not in allowed]
+        if bad:
+            raise UserError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
+    template = _run_config_fields(args)
+    if args.quick:
+        template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
+                                              retries=args.retries)
+    cfg = MatrixConfig(out_dir=args.out, scenarios=names, runs=runs, base_seed=args.seed,
+                       roles=args.roles, flushes=args.flushes, template=template)
+    cells = cfg.cells()
+    print(f"matrix: {len(cfg.roles)} roles x {len(cfg.flushes)} flush modes x "
+          f"{len(names)} scenarios x {runs} run(s) = {len(cells)} runs on {args.backend}; "
+          f"results in {args.out}", flush=True)
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(cells), unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def on_done(i: int, n: int, run_id: str, err: str | None) -> None:
+        bar.update(1)
+        bar.write(f"[{i}/{n}] {run_id}: {'FAILED ' + err if err else 'ok'}")
+
+    outcome = run_matrix(cfg, make_run, on_done=on_done)
+    bar.close()
+    summary = {"runs": len(outcome.run_dirs), "failed": len(outcome.failed),
+               "seconds": round(outcome.seconds, 1),
+               "runs_per_minute": round(outcome.runs_per_minute, 2)}
+    print(f"{summary['runs']} runs in {summary['seconds']} s "
+          f"({summary['runs_per_minute']} runs/min), {summary['failed']} failed", flush=True)
+    with open(os.path.join(args.out, "matrix.json"), "w", encoding="utf-8") as f:
+        json.dump({**summary, "failed_runs": outcome.failed, "backend": args.backend}, f,
+                  indent=1)
+    if not args.no_report and outcome.run_dirs:
+        from chaos.pipeline import build_report
+
+        report_dir = os.path.join(args.out, "report")
+        build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master)
+        print(f"report: {os.path.join(report_dir, 'report.md')} "
+              f"(and report.html, comparison.csv, verdicts.csv)")
+    return 1 if outcome.failed and not outcome.run_dirs else 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    for s in scenarios.SCENARIOS.values():
+        steps = ", ".join(f"{st.action}({st.target})" for st in s.steps)
+        fps = "; ".join(f"{fp.name}@{fp.hits[0]}-{fp.hits[1]} on {fp.target}"
+                        for fp in s.failpoints)
+        print(f"{s.name:24} {s.description}")
+        print(f"{'':24} steps: {steps}" + (f"; failpoints: {fps}" if fps else ""))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        plan = plan_run(scenarios.get(args.scenario), args.seed)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    print(json.dumps(asdict(plan), sort_keys=True))
+    return 0
+
+
+def register(sub: Any, bench_sub: Any) -> None:
+    chaos = sub.add_parser(
+        "chaos", help="run chaos scenarios against a cluster and record what survived",
+        description="Chaos runs: a master and slaves under load while a scenario injects "
+        "faults (kills, pauses, partitions, disk damage, failpoints); every run ends with "
+        "all nodes recovered and stopped cleanly, and their stores read back from disk. "
+        "Each run writes a result directory the report reads.")
+    csub = chaos.add_subparsers(dest="chaos_command", metavar="SUBCOMMAND", required=True)
+
+    p = csub.add_parser("run", help="one run: a scenario, a mode, a seed",
+                        description="Run one scenario in one mode. The same --seed replays "
+                        "the same fault schedule, failpoint hits and workload.")
+    p.add_argument("--scenario", required=True, help="scenario name (see `dlab chaos scenarios`)")
+    p.add_argument("--role", required=True, choices=ROLES)
+    p.add_argument("--flush", required=True, choices=FLUSHES)
+    p.add_argument("--seed", type=int, default=1, help="seed of every random choice (1)")
+    p.add_argument("--out", required=True, help="directory for the run's result directory")
+    _common(p)
+    p.set_defaults(handler=cmd_run)
+
+    p = csub.add_parser("matrix", help="the four modes x scenarios x runs, then the report",
+                        description="Runs every role/flush mode against each scenario "
+                        "--runs times (run k of every cell uses seed --seed+k, so modes face "
+                        "the same chaos), then builds the durability report.")
+    p.add_argument("--out", required=True, help="results directory (runs/ and report/ inside)")
+    p.add_argument("--quick", action="store_true",
+                   help="4 modes x master-crash, master-crash-unflushed, clean-restart, "
+                   "one run each (a first look in a few minutes)")
+    p.add_argument("--scenarios", type=_scenario_list, default=None,
+                   help="comma-separated scenario names (default: all shipped scenarios)")
+    p.add_argument("--runs", type=_positive_int, default=None, help="runs per cell (1)")
+    p.add_argument("--seed", type=int, default=1, help="base seed (1)")
+    p.add_argument("--roles", type=lambda t: t.split(","), default=list(ROLES),
+                   help="comma-separated roles (both)")
+    p.add_argument("--flushes", type=lambda t: t.split(","), default=list(FLUSHES),
+                   help="comma-separated flush modes (both)")
+    p.add_argument("--no-report", action="store_true", help="skip the Spark report")
+    p.add_argument("--spark-master", default=None,
+                   help="Spark master URL for the report (default: local)")
+    _common(p)
+    p.set_defaults(handler=cmd_matrix)
+
+    p = csub.add_parser("scenarios", help="list the shipped scenarios")
+    p.set_defaults(handler=cmd_scenarios)
+
+    p = csub.add_parser("plan", help="print the fault schedule a seed gives a scenario",
+                        description="Prints the run plan (step delays, failpoint hits, "
+                        "workload seed) a seed derives, without running anything.")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.set_defaults(handler=cmd_plan)
