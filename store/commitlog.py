@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import CrashModel, StoreConfig
+from store.failpoints import DISARMED, Failpoints
 from store.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -86,6 +87,7 @@ class CommitLog:
         segments: list[Segment],
         end: int,
         last_store_timestamp_ms: int,
+        failpoints: Failpoints = DISARMED,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -112,6 +114,7 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self.failed: str | None = None
         self.fsyncs = 0
+        self.failpoints = failpoints
         self._check()
 
     # ---------------------------------------------------------------- state
@@ -148,6 +151,7 @@ class CommitLog:
         seg = Segment.create(self.directory, start, self.seg_size)
         self.segments.append(seg)
         self._starts.append(start)
+        self.failpoints.hit("segment_roll")
         return seg
 
     def _fail(self, exc: OSError, during: str) -> None:
@@ -432,7 +436,8 @@ class CommitLog:
                 self._p_end[keep - 1] = offset
             del self._p_start[keep:], self._p_end[keep:], self._p_data[keep:]
             self.flush_unlocked_for_truncate()
-            cut_on_disk(self.directory, self.segments, offset, self.seg_size)
+            cut_on_disk(self.directory, self.segments, offset, self.seg_size,
+                        after_header=lambda: self.failpoints.hit("recovery_truncate"))
             seg_start = offset - offset % self.seg_size
             self.segments = [s for s in self.segments if s.start <= seg_start]
             self._starts = [s.start for s in self.segments]
@@ -456,7 +461,13 @@ class CommitLog:
         self.checkpoint.close()
 
 
-def cut_on_disk(directory: str, segments: list[Segment], offset: int, seg_size: int) -> None:
+def cut_on_disk(
+    directory: str,
+    segments: list[Segment],
+    offset: int,
+    seg_size: int,
+    after_header: Callable[[], None] = lambda: None,
+) -> None:
     """Crash-safe truncation of the files at `offset`:
     1. zero the 8-byte header at the cut and fsync — from here on a scan stops
        at the cut whatever else survives a crash;
@@ -471,6 +482,7 @@ def cut_on_disk(directory: str, segments: list[Segment], offset: int, seg_size: 
         pos = offset - seg_start
         holder.pwrite(pos, bytes(BLANK_SIZE))
         holder.sync()
+        after_header()
         os.ftruncate(holder.fd, pos)
         os.ftruncate(holder.fd, seg_size)
         os.fsync(holder.fd)
@@ -478,6 +490,7 @@ def cut_on_disk(directory: str, segments: list[Segment], offset: int, seg_size: 
         first_later = later[-1]
         first_later.pwrite(0, bytes(BLANK_SIZE))
         first_later.sync()
+        after_header()
     for seg in later:
         seg.close()
         os.unlink(seg.path)
@@ -494,12 +507,18 @@ def map_segment(seg: Segment) -> mmap.mmap:
 
 
 def apply_plan(
-    plan: RecoveryPlan, directory: str, segments: list[Segment], seg_size: int
+    plan: RecoveryPlan,
+    directory: str,
+    segments: list[Segment],
+    seg_size: int,
+    failpoints: Failpoints = DISARMED,
 ) -> list[Segment]:
     """Make the recovery decision true on disk (crash-safely); returns the
     segments that remain."""
     if plan.first_bad_offset is not None or plan.segments_to_drop or plan.abnormal:
-        cut_on_disk(directory, segments, plan.max_valid_offset, seg_size)
+        after = (lambda: failpoints.hit("recovery_truncate")) if (
+            plan.first_bad_offset is not None or plan.segments_to_drop) else (lambda: None)
+        cut_on_disk(directory, segments, plan.max_valid_offset, seg_size, after_header=after)
         seg_start = plan.max_valid_offset - plan.max_valid_offset % seg_size
         return [s for s in segments if s.start <= seg_start]
     return segments

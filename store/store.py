@@ -251,9 +251,7 @@ class MessageStore:
                 for m in maps.values():
                     with contextlib.suppress(BufferError):
                         m.close()
-            if plan.first_bad_offset is not None:
-                failpoints.hit("recovery_truncate")
-            segments = apply_plan(plan, commitlog_dir, segments, seg_size)
+            segments = apply_plan(plan, commitlog_dir, segments, seg_size, failpoints)
             if config.crash_model.value == "process" and segments:
                 segments[-1].sync()  # what the OS held is now durable too
             report = _report(plan, listing.problems)
@@ -266,7 +264,7 @@ class MessageStore:
                 cpf.last_ms = checkpoint.physic_ms
             log = CommitLog(
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
-                plan.last_store_timestamp_ms or 0,
+                plan.last_store_timestamp_ms or 0, failpoints,
             )
         except BaseException:
             for s in segments:
