@@ -29,7 +29,10 @@ never split across segments.
 What the CRC covers: BODYCRC covers the body only (that is RocketMQ's
 format). Everything else is checked structurally: the magic, TOTALSIZE equal to
 the sum of the variable-length fields, PHYSICALOFFSET equal to where the
-record was found. Any way a decode can fail raises CorruptRecordError.
+record was found. Any way a decode can fail raises CorruptRecordError. The
+text inside TOPIC and PROPERTIES is not checked (no CRC covers it, and
+verify() does not parse it): decode reads it leniently, as RocketMQ's
+MessageDecoder does, so decode and verify accept exactly the same records.
 """
 
 from __future__ import annotations
@@ -151,14 +154,19 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
     return text.encode("utf-8")
 
 
-def decode_properties(raw: bytes) -> dict[str, str]:
-    text = raw.decode("utf-8")
+def decode_properties(raw: bytes, *, lenient: bool = False) -> dict[str, str]:
+    """Parse `name\x01value\x02` pairs. Strict by default (ValueError on bad
+    UTF-8 or an item without a separator); `lenient` replaces bad UTF-8 and
+    skips items without a separator, as RocketMQ's string2messageProperties does."""
+    text = raw.decode("utf-8", "replace" if lenient else "strict")
     result: dict[str, str] = {}
     for item in text.split(PROPERTY_SEPARATOR):
         if not item:
             continue
         name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if not sep:
+            if lenient:
+                continue
             raise ValueError(f"property without a name/value separator: {item[:40]!r}")
         result[name] = value
     return result
@@ -297,11 +305,10 @@ def decode(
         raise CorruptRecordError("layout", str(exc)) from exc
     if check_crc and body_crc(body) != crc:
         raise CorruptRecordError("crc", f"body CRC {body_crc(body)} != stored {crc}")
-    try:
-        topic = topic_raw.decode("utf-8")
-        properties = decode_properties(props_raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CorruptRecordError("layout", f"topic or properties: {exc}") from exc
+    # Lenient, like RocketMQ's decoder: a record that verify() (and so
+    # recovery) keeps must stay readable, whatever bytes its text holds.
+    topic = topic_raw.decode("utf-8", "replace")
+    properties = decode_properties(props_raw, lenient=True)
     return Record(
         offset=phys,
         size=size,
