@@ -515,7 +515,8 @@ def apply_plan(
 ) -> list[Segment]:
     """Make the recovery decision true on disk (crash-safely); returns the
     segments that remain."""
-    if plan.first_bad_offset is not None or plan.segments_to_drop or plan.abnormal:
+    if (plan.first_bad_offset is not None or plan.segments_to_drop or plan.abnormal
+            or plan.stale_tail):
         after = (lambda: failpoints.hit("recovery_truncate")) if (
             plan.first_bad_offset is not None or plan.segments_to_drop) else (lambda: None)
         cut_on_disk(directory, segments, plan.max_valid_offset, seg_size, after_header=after)

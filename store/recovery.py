@@ -161,6 +161,11 @@ class RecoveryPlan:
     bad_detail: str | None
     segments_to_drop: list[int] = field(default_factory=list)  # wholly past the end
     notes: list[str] = field(default_factory=list)
+    # Non-zero bytes right after the end of data: the tail of an earlier cut
+    # that crashed between zeroing the header and clearing the rest. They
+    # must be cleared before anything is appended, or new records ending
+    # where an old one began would make the old tail valid again.
+    stale_tail: bool = False
 
     def describe(self) -> str:
         kind = "abnormal" if self.abnormal else "normal"
@@ -172,6 +177,8 @@ class RecoveryPlan:
             text += ", everything from there on dropped"
         if self.segments_to_drop:
             text += f"; {len(self.segments_to_drop)} later segment(s) removed"
+        if self.stale_tail:
+            text += "; stale bytes after the end (an interrupted truncation) cleared"
         return text
 
 
@@ -230,6 +237,22 @@ def plan_recovery(
     # after it is past the end of data.
     drop = starts[i + 1 :]
     bad = scan.end if scan.stop == "damage" else None
+    stale = scan.stop == "end" and _stale_after(read(starts[i]), scan.end - starts[i])
     return RecoveryPlan(
-        abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes
+        abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes,
+        stale,
     )
+
+
+STALE_CHECK_BYTES = 4096
+
+
+def _stale_after(buf: Buffer, pos: int) -> bool:
+    """Whether the bytes just after a zero header at `pos` are not zero. An
+    interrupted cut (store.commitlog.cut_on_disk step 1 done, step 2 not)
+    leaves exactly that: the header zeroed, the old record's fields right
+    behind it (a stored record always has a non-zero store timestamp in its
+    first 64 bytes). One page is checked, not the rest of the segment, to
+    keep a normal open from reading a whole segment of zeros."""
+    view = memoryview(buf)[pos : pos + STALE_CHECK_BYTES]
+    return view.tobytes().count(0) != len(view)
