@@ -1,0 +1,191 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUT_STATUS_UNSPECIFIED: _ClassVar[PutStatus]
+    PUT_OK: _ClassVar[PutStatus]
+    FLUSH_DISK_TIMEOUT: _ClassVar[PutStatus]
+    FLUSH_SLAVE_TIMEOUT: _ClassVar[PutStatus]
+    SLAVE_NOT_AVAILABLE: _ClassVar[PutStatus]
+    MESSAGE_ILLEGAL: _ClassVar[PutStatus]
+    SERVICE_NOT_AVAILABLE: _ClassVar[PutStatus]
+    UNKNOWN_ERROR: _ClassVar[PutStatus]
+PUT_STATUS_UNSPECIFIED: PutStatus
+PUT_OK: PutStatus
+FLUSH_DISK_TIMEOUT: PutStatus
+FLUSH_SLAVE_TIMEOUT: PutStatus
+SLAVE_NOT_AVAILABLE: PutStatus
+MESSAGE_ILLEGAL: PutStatus
+SERVICE_NOT_AVAILABLE: PutStatus
+UNKNOWN_ERROR: PutStatus
+
+class Message(_message.Message):
+    __slots__ = ("topic", "body", "properties", "queue_id", "flag", "born_timestamp_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    queue_id: int
+    flag: int
+    born_timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("status", "offset", "size", "msg_id", "store_timestamp_ms", "detail")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    status: PutStatus
+    offset: int
+    size: int
+    msg_id: str
+    store_timestamp_ms: int
+    detail: str
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class SendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("offset", "max_bytes")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    max_bytes: int
+    def __init__(self, offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("data", "next_offset", "min_offset", "wrote")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WROTE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    next_offset: int
+    min_offset: int
+    wrote: int
+    def __init__(self, data: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., wrote: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SlaveLink(_message.Message):
+    __slots__ = ("slave", "peer", "state", "acked", "shipped", "connected_since_ms", "last_report_ms", "detail", "sessions")
+    SLAVE_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_REPORT_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    slave: str
+    peer: str
+    state: str
+    acked: int
+    shipped: int
+    connected_since_ms: int
+    last_report_ms: int
+    detail: str
+    sessions: int
+    def __init__(self, slave: _Optional[str] = ..., peer: _Optional[str] = ..., state: _Optional[str] = ..., acked: _Optional[int] = ..., shipped: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., last_report_ms: _Optional[int] = ..., detail: _Optional[str] = ..., sessions: _Optional[int] = ...) -> None: ...
+
+class MasterLink(_message.Message):
+    __slots__ = ("address", "state", "reported", "connects", "last_error", "last_contact_ms", "truncations")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATIONS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    state: str
+    reported: int
+    connects: int
+    last_error: str
+    last_contact_ms: int
+    truncations: int
+    def __init__(self, address: _Optional[str] = ..., state: _Optional[str] = ..., reported: _Optional[int] = ..., connects: _Optional[int] = ..., last_error: _Optional[str] = ..., last_contact_ms: _Optional[int] = ..., truncations: _Optional[int] = ...) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("name", "role", "flush_mode", "crash_model", "min_offset", "flushed", "wrote", "slave_ahead_policy", "ha_ship_limit", "slaves", "master", "recovery_json", "failpoint_hits", "pid", "failed", "config_json")
+    class FailpointHitsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    CRASH_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_FIELD_NUMBER: _ClassVar[int]
+    WROTE_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_AHEAD_POLICY_FIELD_NUMBER: _ClassVar[int]
+    HA_SHIP_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SLAVES_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_JSON_FIELD_NUMBER: _ClassVar[int]
+    FAILPOINT_HITS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    flush_mode: str
+    crash_model: str
+    min_offset: int
+    flushed: int
+    wrote: int
+    slave_ahead_policy: str
+    ha_ship_limit: str
+    slaves: _containers.RepeatedCompositeFieldContainer[SlaveLink]
+    master: MasterLink
+    recovery_json: str
+    failpoint_hits: _containers.ScalarMap[str, int]
+    pid: int
+    failed: str
+    config_json: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., flush_mode: _Optional[str] = ..., crash_model: _Optional[str] = ..., min_offset: _Optional[int] = ..., flushed: _Optional[int] = ..., wrote: _Optional[int] = ..., slave_ahead_policy: _Optional[str] = ..., ha_ship_limit: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[SlaveLink, _Mapping]]] = ..., master: _Optional[_Union[MasterLink, _Mapping]] = ..., recovery_json: _Optional[str] = ..., failpoint_hits: _Optional[_Mapping[str, int]] = ..., pid: _Optional[int] = ..., failed: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
