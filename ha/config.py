@@ -1,0 +1,73 @@
+"""HA settings: one frozen dataclass, one validate(), presets.
+
+Defaults follow RocketMQ's MessageStoreConfig where it has one
+(haSendHeartbeatInterval 5 s, haHousekeepingInterval 20 s,
+haMaxGapNotInSync 256 MiB, slave timeout 3 s since 4.9.3). The transfer batch
+is larger than RocketMQ's 32 KiB (haTransferBatchSize): in Python every
+shipped range costs a protobuf message, a gRPC write and a loop wake-up on
+both sides, so 1 MiB batches are what lets a slave catch up at disk speed
+(see `dlab bench catch-up`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cluster.backend import ShipLimit, SlaveAheadPolicy
+from store.config import ConfigError
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class HAConfig:
+    slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
+    ship_limit: ShipLimit = ShipLimit.WROTE
+    # One shipped Range holds whole records up to about this many bytes.
+    batch_bytes: int = 1 * MIB
+    # Shipped but not yet reported by the slave: the pipeline depth.
+    window_bytes: int = 8 * MIB
+    heartbeat_interval_ms: int = 5_000
+    housekeeping_interval_ms: int = 20_000
+    slave_timeout_ms: int = 3_000
+    max_gap_not_in_sync_bytes: int = 256 * MIB
+    # Slave reconnect backoff (tenacity, exponential between these bounds).
+    reconnect_min_ms: int = 100
+    reconnect_max_ms: int = 5_000
+
+    def validate(self) -> HAConfig:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(msg)
+
+        need(isinstance(self.slave_ahead_policy, SlaveAheadPolicy),
+             "slave_ahead_policy must be reject, trust or truncate")
+        need(isinstance(self.ship_limit, ShipLimit), "ha_ship_limit must be wrote or flushed")
+        need(4 * KIB <= self.batch_bytes <= 64 * MIB,
+             "ha batch size must be between 4 KiB and 64 MiB")
+        need(self.window_bytes >= self.batch_bytes,
+             "ha window must be at least one batch (raise --ha-window-bytes)")
+        need(self.heartbeat_interval_ms >= 10, "ha heartbeat interval must be at least 10 ms")
+        need(self.housekeeping_interval_ms > self.heartbeat_interval_ms,
+             "ha housekeeping interval must be longer than the heartbeat interval, or "
+             "idle-but-healthy streams would be closed")
+        need(self.slave_timeout_ms >= 1, "slave timeout must be at least 1 ms")
+        need(self.max_gap_not_in_sync_bytes >= 1, "ha max gap must be at least 1 byte")
+        need(1 <= self.reconnect_min_ms <= self.reconnect_max_ms,
+             "reconnect backoff needs 1 <= min <= max (ms)")
+        return self
+
+    def with_(self, **changes: object) -> HAConfig:
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+
+PRODUCTION = HAConfig()
+# Short intervals so tests see heartbeats, housekeeping and timeouts quickly.
+TESTING = HAConfig(
+    heartbeat_interval_ms=200,
+    housekeeping_interval_ms=2_000,
+    slave_timeout_ms=1_000,
+    reconnect_min_ms=50,
+    reconnect_max_ms=500,
+)

@@ -1,0 +1,305 @@
+"""The master's side of HA: the gRPC servicer for the replication stream, the
+per-slave state shown in node status, and SYNC_MASTER's replica waits.
+
+Everything here runs on the node's event loop thread (the store must only be
+touched from it). Each slave stream runs two tasks: a reader that feeds
+reports into the stream's MasterSession, and a shipper that reads whole
+records from the CommitLog and writes Range messages. The shipper sleeps on
+an asyncio event that appends (`notify_appended`) and reports set, so new
+data is shipped without polling; it wakes by timer only for heartbeats and
+housekeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from cluster.backend import ShipLimit
+from ha.config import HAConfig
+from ha.session import Accept, Close, Ignore, MasterSession, SendTruncate
+from ha.waiters import ReplicaWaitQueue
+from proto import ha_pb2, ha_pb2_grpc
+from store.clock import Clock
+from store.failpoints import Failpoints
+from store.record import CorruptRecordError
+from store.status import PutStatus
+from store.store import MessageStore
+
+log = logging.getLogger("dlab.ha.master")
+
+
+@dataclass
+class SlaveLinkState:
+    """What node status shows for one slave (by name)."""
+
+    slave: str
+    peer: str = ""
+    state: str = "connected"  # connected | disconnected | rejected
+    acked: int = -1
+    shipped: int = -1
+    connected_since_ms: int = 0
+    last_report_ms: int = 0
+    detail: str = ""
+    sessions: int = 0
+
+
+@dataclass(eq=False)
+class _Stream:
+    session: MasterSession
+    link: SlaveLinkState
+    peer: str
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    close: tuple[grpc.StatusCode, str] | None = None
+    truncate_sent: int | None = None
+
+    def close_with(self, code: grpc.StatusCode, reason: str) -> None:
+        if self.close is None:
+            self.close = (code, reason)
+        self.wake.set()
+
+
+class HAMaster(ha_pb2_grpc.HAServicer):
+    def __init__(self, store: MessageStore, config: HAConfig, *, clock: Clock,
+                 failpoints: Failpoints) -> None:
+        self.store = store
+        self.log = store.log
+        self.config = config
+        self.clock = clock
+        self.failpoints = failpoints
+        self.links: dict[str, SlaveLinkState] = {}
+        self._streams: dict[str, _Stream] = {}
+        self._waiters: ReplicaWaitQueue[asyncio.Future[PutStatus]] = ReplicaWaitQueue()
+        self._closing = False
+
+    # ------------------------------------------------------ put-side API
+    def notify_appended(self) -> None:
+        """Called after every append: wake the shippers."""
+        for s in self._streams.values():
+            s.wake.set()
+
+    def best_acked(self) -> int | None:
+        """The highest acked offset over established streams (None: no slave)."""
+        best: int | None = None
+        for s in self._streams.values():
+            if s.session.established and s.close is None:
+                acked = s.session.acked
+                assert acked is not None
+                if best is None or acked > best:
+                    best = acked
+        return best
+
+    def slave_ok(self, end: int) -> bool:
+        """RocketMQ's HAService.isSlaveOK: a slave is connected and the best
+        one is less than ha_max_gap_not_in_sync behind `end`."""
+        best = self.best_acked()
+        return best is not None and end - best < self.config.max_gap_not_in_sync_bytes
+
+    def wait_replicated(self, end: int) -> asyncio.Future[PutStatus]:
+        """A future resolved with PUT_OK when some slave's acked offset covers
+        `end`, or FLUSH_SLAVE_TIMEOUT after slave_timeout_ms."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutStatus] = loop.create_future()
+        best = self.best_acked()
+        if best is not None and best >= end:
+            fut.set_result(PutStatus.PUT_OK)
+            return fut
+        self._waiters.push(end, fut)
+        timer = loop.call_later(self.config.slave_timeout_ms / 1000, _resolve, fut,
+                                PutStatus.FLUSH_SLAVE_TIMEOUT)
+        fut.add_done_callback(lambda _f: timer.cancel())
+        return fut
+
+    def _acked_advanced(self) -> None:
+        best = self.best_acked()
+        if best is None:
+            return
+        for fut in self._waiters.advance(best):
+            _resolve(fut, PutStatus.PUT_OK)
+
+    # ---------------------------------------------------------- status
+    def status(self) -> list[SlaveLinkState]:
+        for name, s in self._streams.items():
+            link = self.links[name]
+            link.acked = -1 if s.session.acked is None else s.session.acked
+            link.shipped = -1 if s.session.shipped is None else s.session.shipped
+        return sorted(self.links.values(), key=lambda x: x.slave)
+
+    async def close(self) -> None:
+        """Shutdown: close every stream; pending replica waits time out as usual
+        unless the loop is closing, then they are resolved as timeouts."""
+        self._closing = True
+        for s in list(self._streams.values()):
+            s.close_with(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
+        for fut in self._waiters.drain():
+            _resolve(fut, PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+    # -------------------------------------------------------- servicer
+    async def Replicate(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        peer = context.peer()
+        if self._closing:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
+        first = await _read_report(context)
+        if first is None:
+            return
+        name = first.slave or peer
+        now = self.clock.monotonic()
+        session = MasterSession(name, self.config, now=now)
+        link = self.links.get(name) or SlaveLinkState(slave=name)
+        self.links[name] = link
+        link.peer, link.sessions = peer, link.sessions + 1
+        stream = _Stream(session, link, peer)
+        old = self._streams.get(name)
+        if old is not None:
+            old.close_with(grpc.StatusCode.ABORTED, "superseded by a new stream from this slave")
+        self._streams[name] = stream
+        log.info("slave %s connected from %s, reports max offset %d (master wrote %d)",
+                 name, peer, first.max_offset, self.log.wrote)
+        self._on_report(stream, first.max_offset)
+        tasks = [asyncio.create_task(self._read_loop(context, stream)),
+                 asyncio.create_task(self._ship_loop(context, stream))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if stream.close is None:
+                for t in tasks:
+                    if t.done() and t.exception() is not None:
+                        exc = t.exception()
+                        stream.close = (grpc.StatusCode.UNAVAILABLE, f"stream failed: {exc}")
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            self._end_stream(stream)
+        if stream.close is not None:
+            code, reason = stream.close
+            if code != grpc.StatusCode.OK:
+                await context.abort(code, reason)
+
+    def _end_stream(self, stream: _Stream) -> None:
+        name = stream.session.slave
+        link = stream.link
+        link.acked = -1 if stream.session.acked is None else stream.session.acked
+        link.shipped = -1 if stream.session.shipped is None else stream.session.shipped
+        if self._streams.get(name) is stream:
+            del self._streams[name]
+            _, reason = stream.close or (grpc.StatusCode.CANCELLED, "stream ended")
+            if link.state != "rejected":
+                link.state = "disconnected"
+            link.detail = reason
+            log.info("slave %s stream closed: %s", name, reason)
+
+    def _on_report(self, stream: _Stream, max_offset: int) -> None:
+        now = self.clock.monotonic()
+        decision = stream.session.on_report(max_offset, master_wrote=self.log.wrote,
+                                            master_min=self.log.min_offset, now=now)
+        link = stream.link
+        link.last_report_ms = self.clock.wall_ms()
+        if isinstance(decision, Accept):
+            if link.state != "connected" or not link.connected_since_ms:
+                link.connected_since_ms = self.clock.wall_ms()
+            link.state, link.detail = "connected", ""
+            if stream.session.ahead_trusted and decision.acked > self.log.wrote:
+                link.detail = (f"slave ahead of the master by {decision.acked - self.log.wrote} "
+                               "bytes, trusted (slave_ahead_policy=trust)")
+                log.warning("slave %s: %s", stream.session.slave, link.detail)
+            self._acked_advanced()
+        elif isinstance(decision, Close):
+            if decision.kind == "ahead":
+                link.state = "rejected"
+                log.warning("rejecting slave %s: %s", stream.session.slave, decision.reason)
+                stream.close_with(grpc.StatusCode.FAILED_PRECONDITION, decision.reason)
+            else:
+                log.warning("closing stream of slave %s: %s", stream.session.slave,
+                            decision.reason)
+                stream.close_with(grpc.StatusCode.INVALID_ARGUMENT, decision.reason)
+            link.detail = decision.reason
+        elif isinstance(decision, SendTruncate):
+            link.state, link.detail = "truncating", decision.reason
+            log.warning("slave %s is ahead: telling it to truncate to %d (%s)",
+                        stream.session.slave, decision.offset, decision.reason)
+        else:
+            assert isinstance(decision, Ignore)
+        stream.wake.set()
+
+    async def _read_loop(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+        housekeeping_s = self.config.housekeeping_interval_ms / 1000
+        while stream.close is None:
+            try:
+                async with asyncio.timeout(housekeeping_s):
+                    report = await _read_report(context)
+            except TimeoutError:
+                stream.close_with(grpc.StatusCode.UNAVAILABLE,
+                                  f"no report from the slave for {housekeeping_s:g} s "
+                                  "(housekeeping interval)")
+                return
+            if report is None:
+                stream.close_with(grpc.StatusCode.OK, "slave closed the stream")
+                return
+            self._on_report(stream, report.max_offset)
+
+    async def _ship_loop(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+        session = stream.session
+        ship_flushed = self.config.ship_limit == ShipLimit.FLUSHED
+        flush_poll_s = self.store.config.flush_interval_ms / 1000
+        while stream.close is None:
+            stream.wake.clear()
+            now = self.clock.monotonic()
+            if session.truncate_to is not None and stream.truncate_sent != session.truncate_to:
+                # Sent once; the slave's report of the cut re-establishes the session.
+                stream.truncate_sent = session.truncate_to
+                await context.write(ha_pb2.MasterMessage(truncate=ha_pb2.Truncate(
+                    offset=session.truncate_to, reason=stream.link.detail)))
+                session.on_sent(now=now)
+            limit = self.log.flushed if ship_flushed else self.log.wrote
+            ship = session.next_ship(limit)
+            if ship is not None:
+                try:
+                    data, nxt = self.log.read_range(ship.offset, ship.max_bytes)
+                except (CorruptRecordError, ValueError) as exc:
+                    stream.close_with(grpc.StatusCode.FAILED_PRECONDITION,
+                                      f"cannot ship from {ship.offset}: {exc} (the slave's "
+                                      "log has diverged from this master's)")
+                    return
+                session.on_shipped(ship.offset, nxt, now=now)
+                await context.write(ha_pb2.MasterMessage(range=ha_pb2.Range(
+                    offset=ship.offset, data=data, master_wrote=self.log.wrote)))
+                self.failpoints.hit("after_ship_before_ack")
+                continue
+            if session.established and session.heartbeat_due(now):
+                assert session.shipped is not None
+                await context.write(ha_pb2.MasterMessage(range=ha_pb2.Range(
+                    offset=session.shipped, master_wrote=self.log.wrote)))
+                session.on_sent(now=now)
+            timeout = session.wake_in(self.clock.monotonic())
+            if ship_flushed and self.log.flushed < self.log.wrote:
+                # No hook tells us when the flusher advances `flushed`: while
+                # bytes wait for a flush, look again every flush interval.
+                timeout = min(timeout, flush_poll_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(timeout, 0.001)):
+                    await stream.wake.wait()
+
+
+async def _read_report(context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
+    msg = await context.read()
+    if msg is grpc.aio.EOF:
+        return None
+    assert isinstance(msg, ha_pb2.Report)
+    return msg
+
+
+def _resolve(fut: asyncio.Future[PutStatus], status: PutStatus) -> None:
+    if not fut.done():
+        fut.set_result(status)
+
+
+def add_to_server(master: HAMaster, server: grpc.aio.Server) -> None:
+    ha_pb2_grpc.add_HAServicer_to_server(master, server)
+

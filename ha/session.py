@@ -1,0 +1,240 @@
+"""The replication session, sans IO: offsets and times in, decisions out.
+
+One MasterSession per slave stream on the master, one SlaveSession per stream
+on the slave. No sockets, files or clocks in here: ha/master.py and
+ha/slave.py feed in what arrived (with the time) and carry out the decision.
+
+Positions (master side), for an established session:
+    acked <= shipped            acked: the slave's last accepted report
+                                shipped: where the next Range starts
+    shipped - acked <= window + one batch   (one record may exceed a batch)
+`acked` may exceed the master's `wrote` only under slave_ahead_policy=trust
+(RocketMQ <= 4.9.2: the report is believed; apache/rocketmq#3015).
+
+Ordering rules:
+- The slave appends a range (verified, all or nothing) BEFORE it reports the
+  new max offset, and it reports before any fsync (RocketMQ's HAClient does
+  the same): an ack means "in the slave's log", not "on the slave's disk".
+- The master counts a slave's report toward SYNC_MASTER acks only AFTER the
+  report passed `on_report` (a report ahead of the master under `reject` or
+  `truncate` never counts).
+- Under `truncate` the slave cuts its log durably BEFORE it reports the cut
+  offset; the master ships nothing until that report arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.backend import SlaveAheadPolicy
+from ha.config import HAConfig
+
+
+class RemoteProtocolError(Exception):
+    """The peer broke the protocol (a report that goes backwards, a range at
+    the wrong offset): the stream is closed, the process carries on."""
+
+
+# ------------------------------------------------------------ master side
+@dataclass(frozen=True)
+class Accept:
+    """The report is the slave's acked offset from now on."""
+
+    acked: int
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """Nothing changes (a heartbeat still showing the pre-truncation offset)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Close:
+    """End the stream. kind: `ahead` (slave ahead, policy reject) or
+    `protocol` (malformed or impossible report)."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SendTruncate:
+    """Tell the slave to cut its log at `offset` (the master's max offset)."""
+
+    offset: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ship:
+    """Read whole records from `offset`, about `max_bytes`, and send them."""
+
+    offset: int
+    max_bytes: int
+
+
+MasterDecision = Accept | Ignore | Close | SendTruncate
+
+
+class MasterSession:
+    def __init__(self, slave: str, config: HAConfig, *, now: float) -> None:
+        self.slave = slave
+        self.config = config
+        self.acked: int | None = None  # None until the first accepted report
+        self.shipped: int | None = None
+        self.truncate_to: int | None = None  # sent, not yet confirmed
+        self.ahead_trusted = False
+        self.last_report = now
+        self.last_sent = now
+
+    @property
+    def established(self) -> bool:
+        return self.acked is not None and self.truncate_to is None
+
+    def on_report(self, max_offset: int, *, master_wrote: int, master_min: int,
+                  now: float) -> MasterDecision:
+        """Decide what a report means. `master_wrote` is the master's max
+        offset now; a first report beyond it is the slave-ahead case."""
+        self.last_report = now
+        if max_offset < 0:
+            return Close("protocol", f"negative max offset {max_offset} in a report")
+        if self.truncate_to is not None:
+            if max_offset == self.truncate_to:
+                self.truncate_to = None
+                self.acked = self.shipped = max_offset
+                return Accept(max_offset)
+            if self.acked is not None and max_offset == self.acked:
+                return Ignore("report from before the truncation took effect")
+            return Close("protocol", f"asked to truncate to {self.truncate_to}, slave "
+                                     f"reported {max_offset}")
+        if self.acked is None:
+            return self._first_report(max_offset, master_wrote, master_min)
+        assert self.shipped is not None
+        if max_offset < self.acked:
+            return Close("protocol", f"report went backwards: {max_offset} after {self.acked}")
+        if max_offset > self.shipped:
+            return Close("protocol", f"report {max_offset} beyond what was shipped "
+                                     f"({self.shipped})")
+        self.acked = max_offset
+        return Accept(max_offset)
+
+    def _first_report(self, offset: int, master_wrote: int, master_min: int) -> MasterDecision:
+        if offset > master_wrote:
+            ahead = offset - master_wrote
+            policy = self.config.slave_ahead_policy
+            if policy == SlaveAheadPolicy.REJECT:
+                return Close("ahead", f"slave {self.slave} reports max offset {offset}, "
+                                      f"{ahead} bytes ahead of this master ({master_wrote}); "
+                                      "slave_ahead_policy=reject keeps both logs as they are")
+            if policy == SlaveAheadPolicy.TRUNCATE:
+                self.acked = offset
+                self.truncate_to = master_wrote
+                return SendTruncate(master_wrote, f"slave {ahead} bytes ahead of the master")
+            self.ahead_trusted = True  # TRUST: believe it, as RocketMQ <= 4.9.2 does
+        elif offset < master_min:
+            return Close("protocol", f"slave at {offset} is below this master's first "
+                                     f"offset {master_min}; give the slave an empty data dir")
+        self.acked = self.shipped = offset
+        return Accept(offset)
+
+    def next_ship(self, limit: int) -> Ship | None:
+        """What to ship next with the master's shipping limit (`wrote` or
+        `flushed`) at `limit`; None while nothing is due or the window is full."""
+        if not self.established:
+            return None
+        assert self.acked is not None and self.shipped is not None
+        if self.shipped >= limit:
+            return None
+        if self.shipped - self.acked >= self.config.window_bytes:
+            return None
+        return Ship(self.shipped, min(self.config.batch_bytes, limit - self.shipped))
+
+    def on_shipped(self, offset: int, next_offset: int, *, now: float) -> None:
+        assert self.shipped == offset and next_offset > offset, (self.shipped, offset,
+                                                                  next_offset)
+        self.shipped = next_offset
+        self.last_sent = now
+        assert self.acked is not None and self.acked <= self.shipped
+
+    def on_sent(self, *, now: float) -> None:
+        """A heartbeat or a Truncate went out."""
+        self.last_sent = now
+
+    def heartbeat_due(self, now: float) -> bool:
+        return now - self.last_sent >= self.config.heartbeat_interval_ms / 1000
+
+    def expired(self, now: float) -> bool:
+        """No report for the housekeeping interval: the slave is gone."""
+        return now - self.last_report >= self.config.housekeeping_interval_ms / 1000
+
+    def wake_in(self, now: float) -> float:
+        """Seconds until a heartbeat or the housekeeping check is due."""
+        hb = self.last_sent + self.config.heartbeat_interval_ms / 1000 - now
+        hk = self.last_report + self.config.housekeeping_interval_ms / 1000 - now
+        return max(0.0, min(hb, hk))
+
+
+# ------------------------------------------------------------- slave side
+@dataclass(frozen=True)
+class Apply:
+    """Append the range (it starts at this slave's max offset)."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """An empty range at the right offset: the master is alive."""
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Drop the stream and reconnect (with backoff)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class TruncateTo:
+    offset: int
+
+
+SlaveDecision = Apply | Heartbeat | Drop | TruncateTo
+
+
+class SlaveSession:
+    def __init__(self, max_offset: int, config: HAConfig, *, now: float) -> None:
+        assert max_offset >= 0
+        self.max_offset = max_offset
+        self.config = config
+        self.last_contact = now
+        self.last_report = now
+
+    def on_range(self, offset: int, length: int, *, now: float) -> SlaveDecision:
+        self.last_contact = now
+        if offset != self.max_offset:
+            return Drop(f"master shipped a range at {offset} but this slave's max offset is "
+                        f"{self.max_offset}")
+        return Apply() if length else Heartbeat()
+
+    def applied(self, new_max_offset: int) -> None:
+        assert new_max_offset > self.max_offset, (new_max_offset, self.max_offset)
+        self.max_offset = new_max_offset
+
+    def on_truncate(self, offset: int, *, now: float) -> SlaveDecision:
+        self.last_contact = now
+        if offset < 0 or offset > self.max_offset:
+            return Drop(f"master asked to truncate to {offset}, outside [0, {self.max_offset}]")
+        return TruncateTo(offset)
+
+    def truncated(self, offset: int) -> None:
+        assert 0 <= offset <= self.max_offset
+        self.max_offset = offset
+
+    def reported(self, *, now: float) -> None:
+        self.last_report = now
+
+    def expired(self, now: float) -> bool:
+        """Nothing from the master (not even a heartbeat) for the housekeeping
+        interval: drop the stream and reconnect."""
+        return now - self.last_contact >= self.config.housekeeping_interval_ms / 1000

@@ -1,0 +1,269 @@
+"""The slave's side of HA: one replication stream to the master at a time,
+re-opened with exponential backoff (tenacity) whenever it ends.
+
+Per stream: report the max offset on connect; for each Range, check it starts
+at the max offset (else drop the stream: RocketMQ's HAClient does the same),
+append it verified (CommitLog.append_raw, all or nothing), then report —
+before any fsync. Reports are written by one writer task that coalesces
+"report wanted" signals and also sends the heartbeat report every
+heartbeat interval. Nothing from the master (not even its heartbeat) for the
+housekeeping interval drops the stream.
+
+Flushing follows the slave's own flush mode: ASYNC_FLUSH leaves it to the
+store's interval flusher; SYNC_FLUSH keeps one group-commit flush request in
+flight while bytes are unflushed (without making reports wait for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import grpc
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from cluster.auth import token_metadata
+from ha.config import HAConfig
+from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
+from proto import ha_pb2, ha_pb2_grpc
+from store.clock import Clock
+from store.commitlog import OffsetMismatchError, RangeRejectedError, StoreFailedError
+from store.config import FlushMode
+from store.failpoints import Failpoints
+from store.record import peek
+from store.store import MessageStore
+
+log = logging.getLogger("dlab.ha.slave")
+
+# Ranges up to the batch size plus one maximal record, with room to spare.
+HA_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
+    ("grpc.max_send_message_length", 128 * 1024 * 1024),
+]
+
+
+class StreamEnded(Exception):
+    """One replication stream is over; the slave reconnects."""
+
+
+@dataclass
+class MasterLinkState:
+    """What node status shows for a slave's link to its master."""
+
+    address: str
+    state: str = "connecting"  # connecting | streaming | backoff | stopped
+    reported: int = -1
+    connects: int = 0
+    last_error: str = ""
+    last_contact_ms: int = 0
+    truncations: int = 0
+
+
+class HASlave:
+    def __init__(self, store: MessageStore, *, name: str, master_address: str, token: str,
+                 config: HAConfig, clock: Clock, failpoints: Failpoints) -> None:
+        self.store = store
+        self.log = store.log
+        self.name = name
+        self.master_address = master_address
+        self.token = token
+        self.config = config
+        self.clock = clock
+        self.failpoints = failpoints
+        self.link = MasterLinkState(address=master_address)
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._flush_task: asyncio.Task[object] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-slave")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.link.state = "stopped"
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._flush_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flush_task
+
+    # --------------------------------------------------------- reconnect
+    async def _run(self) -> None:
+        cfg = self.config
+        while not self._stopping:
+            retrying = AsyncRetrying(
+                wait=wait_exponential(multiplier=cfg.reconnect_min_ms / 1000,
+                                      min=cfg.reconnect_min_ms / 1000,
+                                      max=cfg.reconnect_max_ms / 1000),
+                retry=retry_if_exception_type(StreamEnded),
+                before_sleep=self._before_sleep,
+                reraise=True,
+            )
+            with contextlib.suppress(StreamEnded):
+                async for attempt in retrying:
+                    with attempt:
+                        await self._stream_once()
+
+    def _before_sleep(self, retry_state: object) -> None:
+        self.link.state = "backoff"
+
+    async def _stream_once(self) -> None:
+        """Run one stream. Returns normally when a stream that had carried
+        data ends (the next connect is immediate); raises StreamEnded when it
+        failed before that (the next connect backs off)."""
+        self.link.state = "connecting"
+        self.link.connects += 1
+        try:
+            async with grpc.aio.insecure_channel(self.master_address,
+                                                 options=HA_CHANNEL_OPTIONS) as channel:
+                call = ha_pb2_grpc.HAStub(channel).Replicate(metadata=token_metadata(self.token))
+                await self._serve(call)
+        except StreamEnded as exc:
+            self._note_end(str(exc))
+            raise
+        except (StoreFailedError, OSError) as exc:
+            self._note_end(f"local store failed: {exc}")
+            raise StreamEnded(str(exc)) from None
+
+    def _note_end(self, reason: str) -> None:
+        self.link.last_error = reason
+        log.warning("replication stream to %s ended: %s", self.master_address, reason)
+
+    # ------------------------------------------------------------ stream
+    async def _serve(self, call: grpc.aio.StreamStreamCall) -> None:
+        now = self.clock.monotonic()
+        session = SlaveSession(self.log.wrote, self.config, now=now)
+        want_report = asyncio.Event()
+        writer = asyncio.create_task(self._report_loop(call, session, want_report))
+        housekeeping_s = self.config.housekeeping_interval_ms / 1000
+        got_data = False
+        try:
+            await self._report(call, session)
+            while True:
+                try:
+                    async with asyncio.timeout(housekeeping_s):
+                        msg = await call.read()
+                except TimeoutError:
+                    raise StreamEnded(f"nothing from the master for {housekeeping_s:g} s "
+                                      "(housekeeping interval)") from None
+                if writer.done():
+                    writer.result()  # surface the writer's error
+                if msg is grpc.aio.EOF:
+                    status = await call.code()
+                    details = await call.details()
+                    raise StreamEnded(f"master ended the stream: {status.name} {details}")
+                assert isinstance(msg, ha_pb2.MasterMessage)
+                self.link.last_contact_ms = self.clock.wall_ms()
+                if self.link.state != "streaming":
+                    self.link.state = "streaming"
+                now = self.clock.monotonic()
+                kind = msg.WhichOneof("kind")
+                if kind == "range":
+                    got_data = True
+                    self._on_range(session, msg.range, now)
+                elif kind == "truncate":
+                    await self._on_truncate(session, msg.truncate, now)
+                else:
+                    raise StreamEnded("master sent an empty message (newer protocol?)")
+                want_report.set()
+        except (StreamEnded, grpc.aio.AioRpcError) as exc:
+            reason = str(exc) if isinstance(exc, StreamEnded) else \
+                f"{exc.code().name}: {exc.details()}"
+            if not got_data:
+                raise StreamEnded(reason) from None
+            self._note_end(reason)
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            call.cancel()
+
+    def _on_range(self, session: SlaveSession, rng: ha_pb2.Range, now: float) -> None:
+        decision = session.on_range(rng.offset, len(rng.data), now=now)
+        if isinstance(decision, Drop):
+            raise StreamEnded(decision.reason)
+        if isinstance(decision, Heartbeat):
+            return
+        assert isinstance(decision, Apply)
+        try:
+            new_max = self.log.append_raw(rng.offset, rng.data)
+        except OffsetMismatchError as exc:
+            raise StreamEnded(f"range rejected: {exc}") from None
+        except RangeRejectedError as exc:
+            raise StreamEnded(f"range from the master failed verification, nothing "
+                              f"appended: {exc}") from None
+        session.applied(new_max)
+        self.failpoints.hit("slave_after_append_before_report")
+        self._kick_flush()
+
+    async def _on_truncate(self, session: SlaveSession, tr: ha_pb2.Truncate, now: float
+                           ) -> None:
+        decision = session.on_truncate(tr.offset, now=now)
+        if isinstance(decision, Drop):
+            raise StreamEnded(decision.reason)
+        assert isinstance(decision, TruncateTo)
+        problem = self._not_a_boundary(decision.offset)
+        if problem:
+            raise StreamEnded(f"refusing to truncate to {decision.offset}: {problem}")
+        log.warning("master %s asked to truncate from %d to %d (%s)", self.master_address,
+                    self.log.wrote, decision.offset, tr.reason)
+        if self._flush_task is not None:
+            with contextlib.suppress(Exception):
+                await self._flush_task
+        self.log.truncate_to(decision.offset)
+        session.truncated(decision.offset)
+        self.link.truncations += 1
+
+    def _not_a_boundary(self, offset: int) -> str:
+        """Empty when `offset` is a record boundary of this log; otherwise why
+        not (a cut anywhere else would leave half a record behind). Walks the
+        records of the segment holding `offset` from its start."""
+        if offset == self.log.wrote:
+            return ""
+        pos = max(self.log.min_offset, offset - offset % self.log.seg_size)
+        while pos < offset:
+            data, nxt = self.log.read_range(pos, 1 << 20)
+            if nxt <= pos:
+                return "cannot walk this log's records"
+            if offset < nxt:
+                p = pos
+                while p < offset:
+                    size, _ = peek(data, p - pos)
+                    if size <= 0:
+                        return f"no record at {p} of this log"
+                    p += size
+                if p != offset:
+                    return "it falls inside a record of this log (the logs have diverged)"
+                return ""
+            pos = nxt
+        return ""
+
+    def _kick_flush(self) -> None:
+        if self.store.config.flush_mode != FlushMode.SYNC_FLUSH:
+            return
+        if self._flush_task is not None and not self._flush_task.done():
+            return
+        if self.log.flushed >= self.log.wrote:
+            return
+        task = asyncio.get_running_loop().create_task(self.store.wait_flushed(self.log.wrote))
+        task.add_done_callback(lambda _t: self._kick_flush() if not self._stopping else None)
+        self._flush_task = task
+
+    async def _report(self, call: grpc.aio.StreamStreamCall, session: SlaveSession) -> None:
+        await call.write(ha_pb2.Report(max_offset=session.max_offset, slave=self.name))
+        session.reported(now=self.clock.monotonic())
+        self.link.reported = session.max_offset
+
+    async def _report_loop(self, call: grpc.aio.StreamStreamCall, session: SlaveSession,
+                           want: asyncio.Event) -> None:
+        heartbeat_s = self.config.heartbeat_interval_ms / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(heartbeat_s):
+                    await want.wait()
+            want.clear()
+            await self._report(call, session)
