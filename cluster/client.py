@@ -1,0 +1,320 @@
+"""The Python client of a node: what `dlab send` and the chaos harness use.
+
+Every send returns a SendOutcome carrying status, offset, size and message id.
+When the call itself fails (connection refused, node killed mid-call,
+deadline exceeded) the outcome is INDETERMINATE: the message may or may not
+be stored, and the client never reports it as lost. Status, read and other
+calls raise NodeCallError with a readable message instead.
+
+Two flavours with the same methods: AsyncNodeClient (grpc.aio, for load)
+and NodeClient (blocking, for scripts and tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from chaos.schema import INDETERMINATE
+from cluster.auth import read_token_file, token_metadata
+from cluster.wire import message_to_pb, status_from_pb
+from proto import broker_pb2, broker_pb2_grpc
+from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+class NodeCallError(RuntimeError):
+    """A non-send call failed; the message names the node, the gRPC code and
+    what to check."""
+
+    def __init__(self, address: str, method: str, code: grpc.StatusCode, details: str) -> None:
+        hint = {
+            grpc.StatusCode.UNAVAILABLE: "is the node running and reachable at that address?",
+            grpc.StatusCode.UNAUTHENTICATED: "use this cluster's token file (DIR/token)",
+            grpc.StatusCode.DEADLINE_EXCEEDED: "the node did not answer in time "
+                                               "(paused or overloaded?)",
+        }.get(code, "")
+        super().__init__(f"{method} on {address} failed: {code.name}: {details}"
+                         + (f" — {hint}" if hint else ""))
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SendOutcome:
+    """One send as the client saw it. `status` is a PutStatus name or
+    INDETERMINATE; offset and size are None unless the node stored it."""
+
+    status: str
+    msg_id: str
+    offset: int | None = None
+    size: int | None = None
+    store_timestamp_ms: int | None = None
+    detail: str = ""
+    invoke_ms: int = 0
+    complete_ms: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def indeterminate(self) -> bool:
+        return self.status == INDETERMINATE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "msg_id": self.msg_id, "offset": self.offset,
+                "size": self.size, "detail": self.detail, "invoke_ms": self.invoke_ms,
+                "complete_ms": self.complete_ms}
+
+
+@dataclass(frozen=True)
+class ReadChunk:
+    records: list[Record]
+    next_offset: int
+    wrote: int
+
+
+def new_msg_id() -> str:
+    return uuid.uuid4().hex.upper()
+
+
+def make_message(topic: str, body: bytes, *, msg_id: str | None = None, queue_id: int = 0,
+                 born_timestamp_ms: int | None = None) -> Message:
+    """A Message with its UNIQ_KEY set (generated when not given)."""
+    return Message(topic, body, {UNIQ_KEY: msg_id or new_msg_id()}, queue_id=queue_id,
+                   born_timestamp_ms=born_timestamp_ms if born_timestamp_ms is not None
+                   else time.time_ns() // 1_000_000)
+
+
+def _outcome(pb: broker_pb2.SendResult, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
+    status = status_from_pb(pb.status)
+    stored = status.stored
+    return SendOutcome(
+        status=status.value, msg_id=pb.msg_id or msg_id,
+        offset=pb.offset if stored else None, size=pb.size if stored else None,
+        store_timestamp_ms=pb.store_timestamp_ms if stored else None, detail=pb.detail,
+        invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
+        latency_s=time.perf_counter() - t0,
+    )
+
+
+def _indeterminate(exc: grpc.RpcError, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    name = code.name if code is not None else "ERROR"
+    return SendOutcome(status=INDETERMINATE, msg_id=msg_id, detail=f"{name}: {details}",
+                       invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
+                       latency_s=time.perf_counter() - t0)
+
+
+def decode_chunk(resp: broker_pb2.ReadResponse, offset: int) -> ReadChunk:
+    records = []
+    data = resp.data
+    pos = 0
+    while pos + 8 <= len(data):
+        size, magic = peek(data, pos)
+        if magic == BLANK_MAGIC:
+            break
+        records.append(decode(data, pos, offset=offset + pos))
+        pos += size
+    return ReadChunk(records, resp.next_offset, resp.wrote)
+
+
+class AsyncNodeClient:
+    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._metadata = token_metadata(token)
+        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+
+    async def __aenter__(self) -> AsyncNodeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def send(self, msg: Message, *, timeout_s: float | None = None) -> SendOutcome:
+        msg_id = msg.msg_id or ""
+        invoke_ms, t0 = time.time_ns() // 1_000_000, time.perf_counter()
+        try:
+            pb = await self._stub.Send(broker_pb2.SendRequest(message=message_to_pb(msg)),
+                                       timeout=timeout_s or self.timeout_s,
+                                       metadata=self._metadata)
+        except grpc.RpcError as exc:
+            return _indeterminate(exc, msg_id, t0, invoke_ms)
+        return _outcome(pb, msg_id, t0, invoke_ms)
+
+    async def send_batch(self, msgs: Sequence[Message], *, timeout_s: float | None = None
+                         ) -> list[SendOutcome]:
+        invoke_ms, t0 = time.time_ns() // 1_000_000, time.perf_counter()
+        req = broker_pb2.SendBatchRequest(messages=[message_to_pb(m) for m in msgs])
+        try:
+            resp = await self._stub.SendBatch(req, timeout=timeout_s or self.timeout_s,
+                                              metadata=self._metadata)
+        except grpc.RpcError as exc:
+            return [_indeterminate(exc, m.msg_id or "", t0, invoke_ms) for m in msgs]
+        return [_outcome(pb, m.msg_id or "", t0, invoke_ms)
+                for pb, m in zip(resp.results, msgs, strict=True)]
+
+    async def status(self, *, timeout_s: float | None = None) -> broker_pb2.NodeStatus:
+        return await self._call("Status", broker_pb2.StatusRequest(), timeout_s)
+
+    async def read(self, offset: int, max_bytes: int = 1 << 20, *,
+                   timeout_s: float | None = None) -> ReadChunk:
+        resp = await self._call("Read", broker_pb2.ReadRequest(offset=offset,
+                                                               max_bytes=max_bytes), timeout_s)
+        return decode_chunk(resp, offset)
+
+    async def _call(self, method: str, request: Any, timeout_s: float | None) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s,
+                                                     metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(self.address, method, exc.code(), exc.details() or "") from None
+
+
+class NodeClient:
+    """Blocking client with the same methods as AsyncNodeClient."""
+
+    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._metadata = token_metadata(token)
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+
+    def __enter__(self) -> NodeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def send(self, msg: Message, *, timeout_s: float | None = None) -> SendOutcome:
+        msg_id = msg.msg_id or ""
+        invoke_ms, t0 = time.time_ns() // 1_000_000, time.perf_counter()
+        try:
+            pb = self._stub.Send(broker_pb2.SendRequest(message=message_to_pb(msg)),
+                                 timeout=timeout_s or self.timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            return _indeterminate(exc, msg_id, t0, invoke_ms)
+        return _outcome(pb, msg_id, t0, invoke_ms)
+
+    def send_batch(self, msgs: Sequence[Message], *, timeout_s: float | None = None
+                   ) -> list[SendOutcome]:
+        invoke_ms, t0 = time.time_ns() // 1_000_000, time.perf_counter()
+        req = broker_pb2.SendBatchRequest(messages=[message_to_pb(m) for m in msgs])
+        try:
+            resp = self._stub.SendBatch(req, timeout=timeout_s or self.timeout_s,
+                                        metadata=self._metadata)
+        except grpc.RpcError as exc:
+            return [_indeterminate(exc, m.msg_id or "", t0, invoke_ms) for m in msgs]
+        return [_outcome(pb, m.msg_id or "", t0, invoke_ms)
+                for pb, m in zip(resp.results, msgs, strict=True)]
+
+    def status(self, *, timeout_s: float | None = None) -> broker_pb2.NodeStatus:
+        return self._call("Status", broker_pb2.StatusRequest(), timeout_s)
+
+    def status_dict(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Node status as a plain dict (int64 fields as ints, defaults included)."""
+        return status_to_dict(self.status(timeout_s=timeout_s))
+
+    def read(self, offset: int, max_bytes: int = 1 << 20, *,
+             timeout_s: float | None = None) -> ReadChunk:
+        resp = self._call("Read", broker_pb2.ReadRequest(offset=offset, max_bytes=max_bytes),
+                          timeout_s)
+        return decode_chunk(resp, offset)
+
+    def read_all(self, start: int = 0, *, limit_bytes: int = 1 << 30) -> list[Record]:
+        """Every record from `start` to the node's wrote (bounded by limit_bytes)."""
+        out: list[Record] = []
+        offset = start
+        while offset - start < limit_bytes:
+            chunk = self.read(offset)
+            out.extend(chunk.records)
+            if chunk.next_offset <= offset or chunk.next_offset >= chunk.wrote:
+                break
+            offset = chunk.next_offset
+        return out
+
+    def _call(self, method: str, request: Any, timeout_s: float | None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s,
+                                               metadata=self._metadata)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise NodeCallError(self.address, method, code, details or "") from None
+
+
+def status_to_dict(st: broker_pb2.NodeStatus) -> dict[str, Any]:
+    d = MessageToDict(st, preserving_proto_field_name=True,
+                      always_print_fields_with_no_presence=True)
+    _ints(d)
+    for key in ("recovery_json", "config_json"):
+        raw = d.pop(key, "")
+        d[key.removesuffix("_json")] = json.loads(raw) if raw else {}
+    if not st.HasField("master"):
+        d.pop("master", None)
+    return d
+
+
+def _ints(obj: Any) -> None:
+    """MessageToDict renders int64 as strings; turn them back into ints."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, str) and k not in _STRING_FIELDS and _is_int(v):
+                obj[k] = int(v)
+            else:
+                _ints(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _ints(v)
+
+
+_STRING_FIELDS = {"name", "slave", "peer", "address", "detail", "last_error", "state", "role"}
+
+
+def _is_int(v: str) -> bool:
+    return v.lstrip("-").isdigit()
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """Where a cluster's master is and the token to talk to it."""
+
+    master_address: str
+    token: str
+    addresses: dict[str, str]
+
+
+def cluster_target(directory: str) -> ClusterTarget:
+    """Read DIR/cluster.json and DIR/token of a cluster started by `dlab cluster up`."""
+    path = os.path.join(directory, "cluster.json")
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no cluster in {directory} (no cluster.json); start one with "
+                                f"`dlab cluster up --dir {directory}`") from None
+    nodes = state["nodes"]
+    master = state["master"]
+    return ClusterTarget(nodes[master]["address"],
+                         read_token_file(os.path.join(directory, "token")),
+                         {n: v["address"] for n, v in nodes.items()})
+

@@ -1,0 +1,408 @@
+"""`dlab node`, `dlab send` and `dlab cluster ...`: argument parsing and
+output only; the work is in cluster/node.py, cluster/client.py,
+cluster/sendload.py and cluster/local.py."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import shlex
+import sys
+from typing import Any
+
+from cluster.backend import (
+    BackendError,
+    ClusterSpec,
+    NodeInfo,
+    NodeSpec,
+    NodeState,
+    Role,
+    ShipLimit,
+    SlaveAheadPolicy,
+)
+from cluster.cli import UserError
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_UNITS = {None: 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '65536', '64KiB', '64M', '1GiB' (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; use bytes or a unit, "
+                                         "e.g. 65536, 64KiB, 64MiB, 1GiB")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(m.group(1)) * _UNITS[unit]
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v < 0 or v != v:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return v
+
+
+def address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:7001")
+    return text
+
+
+def register(sub: Any, bench_sub: Any) -> None:
+    _register_node(sub)
+    _register_send(sub)
+    _register_cluster(sub)
+
+
+# ------------------------------------------------------------------ node
+def _register_node(sub: Any) -> None:
+    p = sub.add_parser(
+        "node", help="run one node (master or slave) in the foreground",
+        description="Run one node: a store, the broker gRPC service and HA. SIGTERM shuts it "
+        "down cleanly (flush, remove `abort`); SIGKILL is a crash under --crash-model.",
+    )
+    p.add_argument("--name", required=True, help="node name (letters, digits, - _)")
+    p.add_argument("--role", required=True, choices=[r.value for r in Role])
+    p.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    p.add_argument("--crash-model", default="power", choices=["power", "process"])
+    p.add_argument("--segment-size", type=parse_size, default=64 << 20,
+                   help="CommitLog segment size (default 64MiB)")
+    p.add_argument("--max-message-size", type=parse_size, default=4 << 20,
+                   help="largest message body (default 4MiB)")
+    p.add_argument("--data-dir", required=True, help="the store directory")
+    p.add_argument("--listen", type=address, default="127.0.0.1:0",
+                   help="gRPC address (default 127.0.0.1 on a free port)")
+    p.add_argument("--token-file", required=True, help="file holding the cluster token")
+    p.add_argument("--master", type=address, help="a slave's master address (HOST:PORT)")
+    p.add_argument("--slave-ahead-policy", default="reject",
+                   choices=[x.value for x in SlaveAheadPolicy])
+    p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
+    p.add_argument("--failpoints", default="", help="name=crash|delay:MS@N,...")
+    g = p.add_argument_group("timing (defaults follow RocketMQ)")
+    g.add_argument("--flush-interval-ms", type=positive_int, default=500)
+    g.add_argument("--flush-thorough-interval-ms", type=positive_int, default=10_000)
+    g.add_argument("--flush-least-pages", type=int, default=4)
+    g.add_argument("--sync-flush-timeout-ms", type=positive_int, default=5_000)
+    g.add_argument("--slave-timeout-ms", type=positive_int, default=3_000)
+    g.add_argument("--ha-max-gap-bytes", type=parse_size, default=256 << 20)
+    g.add_argument("--ha-batch-bytes", type=parse_size, default=1 << 20)
+    g.add_argument("--ha-window-bytes", type=parse_size, default=8 << 20)
+    g.add_argument("--ha-heartbeat-ms", type=positive_int, default=5_000)
+    g.add_argument("--ha-housekeeping-ms", type=positive_int, default=20_000)
+    g.add_argument("--ha-reconnect-min-ms", type=positive_int, default=100)
+    g.add_argument("--ha-reconnect-max-ms", type=positive_int, default=5_000)
+    p.add_argument("--log-file", help="also append the log to this file")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    p.set_defaults(handler=cmd_node)
+
+
+def node_config_from_args(args: argparse.Namespace) -> Any:
+    from cluster.auth import TokenError, read_token_file
+    from cluster.node import NodeConfig
+    from ha.config import HAConfig
+    from store.config import CrashModel, FlushMode, StoreConfig
+
+    try:
+        token = read_token_file(args.token_file)
+    except TokenError as exc:
+        raise UserError(str(exc)) from None
+    store = StoreConfig(
+        segment_size_bytes=args.segment_size, max_message_size_bytes=args.max_message_size,
+        flush_mode=FlushMode(args.flush), crash_model=CrashModel(args.crash_model),
+        flush_interval_ms=args.flush_interval_ms,
+        flush_thorough_interval_ms=max(args.flush_thorough_interval_ms, args.flush_interval_ms),
+        flush_least_pages=args.flush_least_pages,
+        sync_flush_timeout_ms=args.sync_flush_timeout_ms,
+    )
+    ha = HAConfig(
+        slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
+        ship_limit=ShipLimit(args.ha_ship_limit), batch_bytes=args.ha_batch_bytes,
+        window_bytes=args.ha_window_bytes, heartbeat_interval_ms=args.ha_heartbeat_ms,
+        housekeeping_interval_ms=args.ha_housekeeping_ms,
+        slave_timeout_ms=args.slave_timeout_ms, max_gap_not_in_sync_bytes=args.ha_max_gap_bytes,
+        reconnect_min_ms=args.ha_reconnect_min_ms, reconnect_max_ms=args.ha_reconnect_max_ms,
+    )
+    return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir, token=token,
+                      listen=args.listen, master=args.master, store=store, ha=ha,
+                      failpoints=args.failpoints).validate()
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from cluster.node import NodeStartError, serve
+    from store.failpoints import Failpoints, FailpointSpecError
+
+    try:
+        Failpoints(args.failpoints)
+    except FailpointSpecError as exc:
+        raise UserError(f"--failpoints: {exc}") from None
+    config = node_config_from_args(args)
+    _setup_logging(args.name, args.log_level, args.log_file)
+    host = config.listen.rpartition(":")[0]
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        logging.getLogger("dlab.node").warning(
+            "listening on %s: reachable from other hosts (the token still guards it)", host)
+    try:
+        return asyncio.run(serve(config))
+    except NodeStartError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _setup_logging(name: str, level: str, log_file: str | None) -> None:
+    fmt = logging.Formatter(f"%(asctime)s.%(msecs)03d %(levelname)s {name} %(name)s: "
+                            "%(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file))
+    root = logging.getLogger()
+    root.setLevel(level)
+    for h in handlers:
+        h.setFormatter(fmt)
+        root.addHandler(h)
+
+
+# ------------------------------------------------------------------ send
+def _register_send(sub: Any) -> None:
+    p = sub.add_parser(
+        "send", help="send messages to a node and report statuses and latencies",
+        description="Send messages and print per-status counts and latency percentiles. "
+        "A call that failed or timed out counts as INDETERMINATE (maybe stored), never lost.",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
+                                     "(sends to its master, token from DIR/token)")
+    where.add_argument("--to", type=address, help="a node's HOST:PORT (needs --token-file)")
+    p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
+    p.add_argument("--count", type=positive_int, default=1000)
+    p.add_argument("--size", type=parse_size, default=1024, help="body bytes (default 1024)")
+    p.add_argument("--rate", type=non_negative_float, default=0.0,
+                   help="messages per second in total (0 = as fast as possible)")
+    p.add_argument("--concurrency", type=positive_int, default=1)
+    p.add_argument("--topic", default="dlab-load")
+    p.add_argument("--timeout", type=non_negative_float, default=10.0,
+                   help="per-call deadline in seconds")
+    p.add_argument("--max-seconds", type=non_negative_float, default=300.0,
+                   help="stop after this long whatever --count says")
+    p.add_argument("--seed", type=int, default=0, help="seeds bodies and message ids")
+    p.add_argument("--json", action="store_true", help="also print a JSON summary line")
+    p.set_defaults(handler=cmd_send)
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from cluster.auth import TokenError, read_token_file
+    from cluster.client import AsyncNodeClient, cluster_target
+    from cluster.sendload import format_report, run_load
+
+    if args.size > 64 << 20:
+        raise UserError("--size: at most 64MiB")
+    try:
+        if args.dir:
+            target = cluster_target(args.dir)
+            addr = target.master_address
+            token = read_token_file(args.token_file) if args.token_file else target.token
+        else:
+            if not args.token_file:
+                raise UserError("--to needs --token-file (the cluster's DIR/token)")
+            addr, token = args.to, read_token_file(args.token_file)
+    except (TokenError, FileNotFoundError) as exc:
+        raise UserError(str(exc)) from None
+
+    async def go() -> Any:
+        async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0) as c:
+            return await run_load(c, count=args.count, size=args.size,
+                                  concurrency=args.concurrency, rate=args.rate,
+                                  topic=args.topic, max_seconds=args.max_seconds or 300.0,
+                                  timeout_s=args.timeout or 10.0,
+                                  rng=random.Random(args.seed))
+
+    report = asyncio.run(go())
+    print(format_report(report))
+    if args.json:
+        print(json.dumps(report.summary(), sort_keys=True))
+    counts = report.counts()
+    auth = [o for o in report.outcomes if o.indeterminate and "UNAUTHENTICATED" in o.detail]
+    if auth:
+        print(f"dlab: error: the node refused the token: {auth[0].detail}", file=sys.stderr)
+        return 2
+    return 0 if counts.get("INDETERMINATE", 0) < len(report.outcomes) else 1
+
+
+# --------------------------------------------------------------- cluster
+def _register_cluster(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="a local cluster: up, status, faults, down",
+                       description="Run a master and slaves as local processes (each slave "
+                       "behind a cuttable link proxy) and inject faults into them.")
+    csub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+
+    up = csub.add_parser("up", help="start a master and slaves in DIR")
+    up.add_argument("--dir", required=True)
+    up.add_argument("--role", default="SYNC_MASTER", choices=["SYNC_MASTER", "ASYNC_MASTER"])
+    up.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    up.add_argument("--slave-flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+                    help="slaves' flush mode (default: the master's)")
+    up.add_argument("--slaves", type=int, default=1, help="number of slaves (0-8, default 1)")
+    up.add_argument("--crash-model", default="power", choices=["power", "process"])
+    up.add_argument("--slave-ahead-policy", default="reject",
+                    choices=[x.value for x in SlaveAheadPolicy])
+    up.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
+    up.add_argument("--segment-size", type=parse_size, default=64 << 20)
+    up.add_argument("--token-file", help="use this token instead of generating one")
+    up.add_argument("--node-args", default="",
+                    help="extra `dlab node` options for every node, e.g. "
+                         "'--slave-timeout-ms 1000 --ha-heartbeat-ms 500'")
+    up.add_argument("--timeout", type=non_negative_float, default=60.0)
+    up.set_defaults(handler=cmd_cluster_up)
+
+    st = csub.add_parser("status", help="nodes, states, positions and HA links")
+    st.add_argument("--dir", required=True)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=cmd_cluster_status)
+
+    down = csub.add_parser("down", help="stop every node and proxy (keeps data and logs)")
+    down.add_argument("--dir", required=True)
+    down.set_defaults(handler=lambda a: _backend_call(a, "down"))
+
+    for action, help_text in (
+        ("kill", "SIGKILL a node (its crash model applies)"),
+        ("stop", "SIGTERM a node (clean shutdown)"),
+        ("start", "start a stopped or killed node"),
+        ("restart", "clean stop, then start"),
+        ("pause", "SIGSTOP a node"),
+        ("resume", "SIGCONT a paused node"),
+    ):
+        a = csub.add_parser(action, help=help_text)
+        a.add_argument("node")
+        a.add_argument("--dir", required=True)
+        a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.node))
+    for action, help_text in (("partition", "cut the replication link between A and B"),
+                              ("heal", "restore the link between A and B")):
+        a = csub.add_parser(action, help=help_text)
+        a.add_argument("a")
+        a.add_argument("b")
+        a.add_argument("--dir", required=True)
+        a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.a,
+                                                                         args.b))
+
+
+def _backend(directory: str) -> Any:
+    from cluster.local import LocalBackend
+
+    return LocalBackend(directory)
+
+
+def _backend_call(args: argparse.Namespace, action: str, *names: str) -> int:
+    backend = _backend(args.dir)
+    try:
+        result = getattr(backend, action)(*names)
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
+    if isinstance(result, NodeInfo):
+        _print_nodes([result])
+    else:
+        print(" ".join([action, *names]) + ": done")
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from cluster.auth import TokenError, generate_token, read_token_file
+
+    if not 0 <= args.slaves <= 8:
+        raise UserError("--slaves must be between 0 and 8")
+    try:
+        extra = tuple(shlex.split(args.node_args))
+    except ValueError as exc:
+        raise UserError(f"--node-args: {exc}") from None
+    try:
+        token = read_token_file(args.token_file) if args.token_file else generate_token()
+    except TokenError as exc:
+        raise UserError(str(exc)) from None
+    common: dict[str, Any] = dict(
+        crash_model=args.crash_model, segment_size_bytes=args.segment_size,
+        slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
+        ha_ship_limit=ShipLimit(args.ha_ship_limit), extra_args=extra,
+    )
+    master = NodeSpec(name="master", role=Role(args.role), flush=args.flush, **common)
+    slaves = tuple(NodeSpec(name=f"slave{i + 1}", role=Role.SLAVE,
+                            flush=args.slave_flush or args.flush, **common)
+                   for i in range(args.slaves))
+    spec = ClusterSpec(directory=os.path.abspath(args.dir), master=master, slaves=slaves)
+    try:
+        infos = _backend(args.dir).up(spec, token=token, timeout_s=args.timeout or 60.0)
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
+    _print_nodes(infos)
+    print(f"token: {os.path.join(spec.directory, 'token')}")
+    return 0
+
+
+def _print_nodes(infos: list[NodeInfo]) -> None:
+    print(f"{'NAME':<10}{'ROLE':<14}{'ADDRESS':<22}{'STATE':<10}PID")
+    for i in infos:
+        print(f"{i.name:<10}{i.role.value:<14}{i.address:<22}{i.state.value:<10}"
+              f"{i.pid if i.pid else '-'}")
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from cluster.client import NodeCallError, NodeClient, status_to_dict
+
+    backend = _backend(args.dir)
+    try:
+        infos = backend.nodes()
+        token = backend.token()
+    except (BackendError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    rows = []
+    for i in infos:
+        row: dict[str, Any] = {"name": i.name, "role": i.role.value, "address": i.address,
+                               "state": i.state.value, "pid": i.pid, **i.extra}
+        if i.state == NodeState.RUNNING:
+            try:
+                with NodeClient(i.address, token=token, timeout_s=3) as c:
+                    row["status"] = status_to_dict(c.status())
+            except NodeCallError as exc:
+                row["status_error"] = str(exc)
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return 0
+    print(f"{'NAME':<10}{'ROLE':<14}{'ADDRESS':<22}{'STATE':<10}{'WROTE':>14}{'FLUSHED':>14}"
+          "  LINK")
+    for r in rows:
+        st = r.get("status", {})
+        link = ""
+        if r.get("partitioned"):
+            link = "PARTITIONED "
+        if st.get("master"):
+            m = st["master"]
+            link += f"master {m['state']} reported={m['reported']}"
+            if m.get("last_error") and m["state"] != "streaming":
+                link += f" ({m['last_error'][:60]})"
+        for s in st.get("slaves", []):
+            link += f"{s['slave']}: {s['state']} acked={s['acked']}  "
+        if st:
+            link += f" [ahead={st['slave_ahead_policy']} ship={st['ha_ship_limit']}]"
+        print(f"{r['name']:<10}{r['role']:<14}{r['address']:<22}{r['state']:<10}"
+              f"{st.get('wrote', '-'):>14}{st.get('flushed', '-'):>14}  {link.strip()}")
+        if r.get("status_error"):
+            print(f"  status unavailable: {r['status_error']}")
+    return 0

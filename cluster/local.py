@@ -1,0 +1,457 @@
+"""The local backend: every node a `dlab node` process on this host, bound to
+127.0.0.1, each slave reaching its master through a cuttable TCP proxy
+(cluster/proxy.py) so `partition` is a real network fault.
+
+Cluster state lives in DIR/cluster.json (written under DIR/cluster.lock), so
+separate CLI invocations — `dlab cluster up` now, `dlab cluster kill master`
+later — act on the same cluster. A process is identified by pid and start
+time, never by pid alone. Nodes and proxies run in their own sessions and
+outlive the command that started them; `down` ends them.
+
+Layout of DIR (see cluster/backend.py): cluster.json, token (0600),
+nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and
+proxies/NAME.log (the link proxy of slave NAME).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cluster.auth import write_token_file
+from cluster.backend import (
+    BackendError,
+    ClusterSpec,
+    NodeInfo,
+    NodeSpec,
+    NodeState,
+    Role,
+    ShipLimit,
+    SlaveAheadPolicy,
+)
+from cluster.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
+
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+HOST = "127.0.0.1"
+STOP_TIMEOUT_S = 30.0
+
+
+def spec_to_dict(spec: NodeSpec) -> dict[str, Any]:
+    d = dataclasses.asdict(spec)
+    d["role"] = spec.role.value
+    d["slave_ahead_policy"] = spec.slave_ahead_policy.value
+    d["ha_ship_limit"] = spec.ha_ship_limit.value
+    d["extra_args"] = list(spec.extra_args)
+    return d
+
+
+def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
+    d = dict(d)
+    d["role"] = Role(d["role"])
+    d["slave_ahead_policy"] = SlaveAheadPolicy(d["slave_ahead_policy"])
+    d["ha_ship_limit"] = ShipLimit(d["ha_ship_limit"])
+    d["extra_args"] = tuple(d.get("extra_args", ()))
+    return NodeSpec(**d)
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, directory: str | None = None, *, python: str | None = None) -> None:
+        """`directory`: a cluster directory to attach to (a later `up` may
+        also set it). `python`: the interpreter that runs `dlab node`."""
+        self.directory = os.path.abspath(directory) if directory else None
+        self.python = python or sys.executable
+
+    # ------------------------------------------------------------ state io
+    def _dir(self) -> str:
+        if self.directory is None:
+            raise BackendError("no cluster directory: call up() first or pass the directory")
+        return self.directory
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self._dir(), *parts)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        os.makedirs(self._dir(), exist_ok=True)
+        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            with open(self._path(STATE_FILE)) as f:
+                state: dict[str, Any] = json.load(f)
+        except FileNotFoundError:
+            raise BackendError(f"no cluster in {self._dir()}; start one with "
+                               f"`dlab cluster up --dir {self._dir()}`") from None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"cannot read {self._path(STATE_FILE)}: {exc}") from None
+        if state.get("version") != STATE_VERSION:
+            raise BackendError(f"{self._path(STATE_FILE)} has version {state.get('version')}, "
+                               f"this dlab writes {STATE_VERSION}; `down` it with the dlab "
+                               "that made it")
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        tmp = self._path(STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path(STATE_FILE))
+
+    # ------------------------------------------------------------------ up
+    def up(self, spec: ClusterSpec, *, token: str, timeout_s: float = 60.0) -> list[NodeInfo]:
+        self.directory = os.path.abspath(spec.directory)
+        names = [n.name for n in spec.nodes]
+        if len(set(names)) != len(names):
+            raise BackendError(f"node names must be unique, got {names}")
+        if spec.master.role == Role.SLAVE:
+            raise BackendError("the master's role must be SYNC_MASTER or ASYNC_MASTER")
+        for s in spec.slaves:
+            if s.role != Role.SLAVE:
+                raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
+        with self._locked():
+            if os.path.exists(self._path(STATE_FILE)):
+                old = self._load()
+                alive = [n for n, v in old["nodes"].items() if proc_state(_pid(v)) != "gone"]
+                alive += [n for n, v in old["proxies"].items() if proc_state(_pid(v)) != "gone"]
+                if alive:
+                    raise BackendError(
+                        f"a cluster is already up in {self._dir()} ({', '.join(alive)} "
+                        f"running); run `dlab cluster down --dir {self._dir()}` first")
+            os.makedirs(self._path("proxies"), exist_ok=True)
+            write_token_file(self._path("token"), token)
+            ports = free_ports(len(spec.nodes) + len(spec.slaves))
+            state: dict[str, Any] = {
+                "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
+                "started_ms": time.time_ns() // 1_000_000, "nodes": {}, "proxies": {},
+            }
+            master_port = ports[0]
+            for i, ns in enumerate(spec.nodes):
+                os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
+                state["nodes"][ns.name] = {
+                    "spec": spec_to_dict(ns), "port": ports[i], "address": f"{HOST}:{ports[i]}",
+                    "pid": None, "start_time": None, "failpoints": ns.failpoints,
+                    "master_via": None, "starts": 0,
+                }
+            for j, ns in enumerate(spec.slaves):
+                pport = ports[len(spec.nodes) + j]
+                state["nodes"][ns.name]["master_via"] = f"{HOST}:{pport}"
+                state["proxies"][ns.name] = {"port": pport, "target": f"{HOST}:{master_port}",
+                                             "pid": None, "start_time": None, "cut": False}
+            self._save(state)
+            try:
+                for name in state["proxies"]:
+                    self._start_proxy(state, name)
+                for ns in spec.nodes:
+                    self._spawn_node(state, ns.name)
+                self._save(state)
+                deadline = time.monotonic() + timeout_s
+                for ns in spec.nodes:
+                    self._wait_healthy(state, ns.name, deadline)
+            except BaseException:
+                self._save(state)
+                self._down_locked(state)
+                raise
+            return [self._info(state, n) for n in state["nodes"]]
+
+    def _start_proxy(self, state: dict[str, Any], name: str) -> None:
+        p = state["proxies"][name]
+        state_file = self._path("proxies", f"{name}.json")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(state_file)
+        cmd = [self.python, "-m", "cluster.proxy", "--listen", f"{HOST}:{p['port']}",
+               "--target", p["target"], "--state-file", state_file]
+        proc = spawn(cmd, log_path=self._path("proxies", f"{name}.log"), env=_env())
+        p["pid"], p["start_time"] = proc.pid, proc.start_time
+        deadline = time.monotonic() + 15
+        while not os.path.exists(state_file):
+            if proc_state(proc) == "gone":
+                raise BackendError(f"link proxy for {name} exited at start: "
+                                   f"{_tail(self._path('proxies', f'{name}.log'))}")
+            if time.monotonic() > deadline:
+                raise BackendError(f"link proxy for {name} did not start within 15 s")
+            time.sleep(0.01)
+
+    def _spawn_node(self, state: dict[str, Any], name: str) -> None:
+        n = state["nodes"][name]
+        ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
+        args = ns.node_args(data_dir=self._path("nodes", name, "data"),
+                            listen=n["address"], master=n["master_via"],
+                            token_file=self._path("token"))
+        log_path = self._path("nodes", name, "node.log")
+        with open(log_path, "ab") as f:
+            f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
+                    f"(start {n['starts'] + 1})\n".encode())
+        proc = spawn([self.python, "-m", "cluster.cli", "node", *args], log_path=log_path,
+                     env=_env())
+        n["pid"], n["start_time"] = proc.pid, proc.start_time
+        n["starts"] += 1
+        n["paused"] = False
+
+    def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        n = state["nodes"][name]
+        proc = _pid(n)
+        with grpc.insecure_channel(n["address"]) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if proc_state(proc) == "gone":
+                    raise BackendError(f"node {name} exited during start; its log says: "
+                                       f"{_tail(self._path('nodes', name, 'node.log'))}")
+                try:
+                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise BackendError(f"node {name} did not become healthy in time; see "
+                                       f"{self._path('nodes', name, 'node.log')}")
+                time.sleep(0.05)
+
+    # --------------------------------------------------------------- query
+    def _info(self, state: dict[str, Any], name: str) -> NodeInfo:
+        n = state["nodes"][name]
+        ns = spec_from_dict(n["spec"])
+        ps = proc_state(_pid(n))
+        node_state = {"running": NodeState.RUNNING, "paused": NodeState.PAUSED}.get(
+            ps, NodeState.STOPPED)
+        extra: dict[str, Any] = {"port": n["port"], "starts": n["starts"],
+                                 "failpoints": n["failpoints"]}
+        if name in state["proxies"]:
+            p = state["proxies"][name]
+            extra["master_via"] = n["master_via"]
+            extra["partitioned"] = bool(p["cut"])
+            extra["proxy_pid"] = p["pid"]
+        return NodeInfo(
+            name=name, role=ns.role, address=n["address"], state=node_state,
+            data_dir=self._path("nodes", name, "data"),
+            log_path=self._path("nodes", name, "node.log"),
+            pid=n["pid"] if node_state != NodeState.STOPPED else None, extra=extra,
+        )
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._locked():
+            state = self._load()
+            return [self._info(state, n) for n in state["nodes"]]
+
+    def node(self, name: str) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            return self._info(state, name)
+
+    def token(self) -> str:
+        from cluster.auth import read_token_file
+
+        return read_token_file(self._path("token"))
+
+    # -------------------------------------------------------------- faults
+    def kill(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            proc = self._running(state, name, "kill")
+            send_signal(proc, signal.SIGKILL)
+            if not wait_state(proc, {"gone"}, 10):
+                raise BackendError(f"node {name} (pid {proc.pid}) did not die after SIGKILL")
+
+    def stop(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            proc = self._running(state, name, "stop")
+            self._stop_proc(name, proc)
+
+    def _stop_proc(self, name: str, proc: ProcId | None) -> None:
+        send_signal(proc, signal.SIGTERM)
+        send_signal(proc, signal.SIGCONT)  # a paused node must run to shut down
+        if not wait_state(proc, {"gone"}, STOP_TIMEOUT_S):
+            send_signal(proc, signal.SIGKILL)
+            wait_state(proc, {"gone"}, 10)
+            raise BackendError(f"node {name} did not shut down within {STOP_TIMEOUT_S:g} s "
+                               "of SIGTERM and was killed")
+
+    def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            if proc_state(_pid(state["nodes"][name])) != "gone":
+                raise BackendError(f"node {name} is already running; stop or kill it first")
+            self._spawn_node(state, name)
+            self._save(state)
+            self._wait_healthy(state, name, time.monotonic() + timeout_s)
+            return self._info(state, name)
+
+    def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            proc = _pid(state["nodes"][name])
+            if proc_state(proc) != "gone":
+                self._stop_proc(name, proc)
+            self._spawn_node(state, name)
+            self._save(state)
+            self._wait_healthy(state, name, time.monotonic() + timeout_s)
+            return self._info(state, name)
+
+    def pause(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            proc = self._running(state, name, "pause")
+            send_signal(proc, signal.SIGSTOP)
+            if not wait_state(proc, {"paused", "gone"}, 10):
+                raise BackendError(f"node {name} did not stop after SIGSTOP")
+
+    def resume(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            proc = _pid(state["nodes"][name])
+            if proc_state(proc) == "gone":
+                raise BackendError(f"node {name} is not running; use start")
+            send_signal(proc, signal.SIGCONT)
+            if not wait_state(proc, {"running", "gone"}, 10):
+                raise BackendError(f"node {name} did not continue after SIGCONT")
+
+    def _link(self, state: dict[str, Any], a: str, b: str) -> str:
+        _check_name(state, a)
+        _check_name(state, b)
+        master = state["master"]
+        if master not in (a, b) or a == b:
+            raise BackendError(f"no replication link between {a} and {b}: links run between "
+                               f"the master ({master}) and each slave")
+        return b if a == master else a
+
+    def partition(self, a: str, b: str) -> None:
+        self._set_cut(a, b, True)
+
+    def heal(self, a: str, b: str) -> None:
+        self._set_cut(a, b, False)
+
+    def _set_cut(self, a: str, b: str, cut: bool) -> None:
+        with self._locked():
+            state = self._load()
+            slave = self._link(state, a, b)
+            p = state["proxies"][slave]
+            proc = _pid(p)
+            if not send_signal(proc, signal.SIGUSR1 if cut else signal.SIGUSR2):
+                raise BackendError(f"the link proxy of {slave} is not running; "
+                                   "restart the cluster (down, up)")
+            state_file = self._path("proxies", f"{slave}.json")
+            deadline = time.monotonic() + 10
+            while _read_json(state_file).get("cut") is not cut:
+                if time.monotonic() > deadline:
+                    raise BackendError(f"the link proxy of {slave} did not confirm the "
+                                       f"{'cut' if cut else 'heal'}")
+                time.sleep(0.005)
+            p["cut"] = cut
+            self._save(state)
+
+    def set_failpoints(self, name: str, spec: str) -> None:
+        from store.failpoints import Failpoints, FailpointSpecError
+
+        try:
+            Failpoints(spec)
+        except FailpointSpecError as exc:
+            raise BackendError(str(exc)) from None
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            state["nodes"][name]["failpoints"] = spec
+            self._save(state)
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> None:
+        with self._locked():
+            state = self._load()
+            self._down_locked(state)
+
+    def _down_locked(self, state: dict[str, Any]) -> None:
+        errors = []
+        for name, n in reversed(list(state["nodes"].items())):
+            proc = _pid(n)
+            if proc_state(proc) != "gone":
+                try:
+                    self._stop_proc(name, proc)
+                except BackendError as exc:
+                    errors.append(str(exc))
+        for p in state["proxies"].values():
+            proc = _pid(p)
+            send_signal(proc, signal.SIGTERM)
+            if not wait_state(proc, {"gone"}, 10):
+                send_signal(proc, signal.SIGKILL)
+        for name in state["proxies"]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path("proxies", f"{name}.json"))
+        for f in (STATE_FILE, "token"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(f))
+        if errors:
+            raise BackendError("; ".join(errors))
+
+    # ------------------------------------------------------------- helpers
+    def _running(self, state: dict[str, Any], name: str, what: str) -> ProcId:
+        _check_name(state, name)
+        proc = _pid(state["nodes"][name])
+        if proc_state(proc) == "gone":
+            raise BackendError(f"cannot {what} {name}: it is not running "
+                               f"(start it with `dlab cluster start {name}`)")
+        assert proc is not None
+        return proc
+
+
+def _pid(entry: dict[str, Any]) -> ProcId | None:
+    if entry.get("pid") is None:
+        return None
+    return ProcId(int(entry["pid"]), int(entry["start_time"]))
+
+
+def _check_name(state: dict[str, Any], name: str) -> None:
+    if name not in state["nodes"]:
+        raise BackendError(f"no node {name!r} in this cluster; nodes: "
+                           f"{', '.join(state['nodes'])}")
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            data: dict[str, Any] = json.load(f)
+            return data
+    except (OSError, ValueError):
+        return {}
+
+
+def _tail(path: str, n: int = 5) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-n:]) or "(empty log)"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("DLAB_FAILPOINTS", None)  # failpoints come from the node spec only
+    return env

@@ -1,0 +1,388 @@
+"""One node: a store, the broker service, and HA (master or slave side), in
+one asyncio process with a grpc.aio server.
+
+The store must only be touched from the event loop thread (its flusher and
+group commit hand results back to the loop), so everything here is
+coroutines and callbacks on one loop.
+
+Put path (masters). Sends arriving in one loop tick are appended together
+(one CommitLog append, one wake-up of the HA shippers); then the flush wait
+(store.wait_flushed: group commit under SYNC_FLUSH, nothing under
+ASYNC_FLUSH) and, on a SYNC_MASTER, the replica wait run in parallel, and
+each message gets the worse of its two outcomes (store.status.worse):
+- SLAVE_NOT_AVAILABLE at once when no slave is connected or the best slave
+  is more than ha_max_gap_not_in_sync behind the message's end;
+- otherwise PUT_OK when some slave's acked offset covers the message's end
+  within slave_timeout_ms, else FLUSH_SLAVE_TIMEOUT.
+A batch waits for its last message's end; a message whose own end was
+flushed / acked when the wait ended is PUT_OK even if the batch's was not.
+An ASYNC_MASTER never waits for a slave; a SLAVE refuses every put.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cluster.auth import TokenInterceptor
+from cluster.backend import Role
+from cluster.wire import message_from_pb, peer_host, result_to_pb
+from ha.config import HAConfig
+from ha.master import HAMaster
+from ha.slave import HA_CHANNEL_OPTIONS, HASlave
+from proto import broker_pb2, broker_pb2_grpc, ha_pb2
+from store.clock import Clock, SystemClock
+from store.config import ConfigError, StoreConfig
+from store.failpoints import Failpoints
+from store.record import CorruptRecordError, Message
+from store.status import PutResult, PutStatus, worse
+from store.store import MessageStore
+
+log = logging.getLogger("dlab.node")
+
+BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
+MAX_READ_BYTES = 16 * 1024 * 1024
+DEFAULT_READ_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    name: str
+    role: Role
+    data_dir: str
+    token: str
+    listen: str = "127.0.0.1:0"
+    master: str | None = None  # a slave's master (HA) address
+    store: StoreConfig = field(default_factory=StoreConfig)
+    ha: HAConfig = field(default_factory=HAConfig)
+    failpoints: str = ""
+    shutdown_grace_s: float = 2.0
+
+    def validate(self) -> NodeConfig:
+        if not self.name or len(self.name) > 64 or not self.name.replace("-", "").replace(
+                "_", "").isalnum():
+            raise ConfigError(f"node name {self.name!r}: use 1-64 letters, digits, - or _")
+        if self.role == Role.SLAVE and not self.master:
+            raise ConfigError("a SLAVE needs --master HOST:PORT (its master's address)")
+        if self.role != Role.SLAVE and self.master:
+            raise ConfigError(f"--master is for slaves; a {self.role.value} has no master")
+        for what, addr in (("--listen", self.listen), ("--master", self.master)):
+            if addr is not None:
+                host, sep, port = addr.rpartition(":")
+                if not sep or not host or not port.isdigit() or int(port) > 65535:
+                    raise ConfigError(f"{what} {addr!r}: expected HOST:PORT, e.g. "
+                                      "127.0.0.1:7001")
+        if not self.token:
+            raise ConfigError("the cluster token is empty")
+        self.store.validate()
+        self.ha.validate()
+        return self
+
+
+class Node:
+    def __init__(self, config: NodeConfig, *, clock: Clock | None = None) -> None:
+        self.config = config.validate()
+        self.clock = clock or SystemClock()
+        self.failpoints = Failpoints(config.failpoints)
+        self.role = config.role
+        self.store: MessageStore | None = None
+        self.ha_master: HAMaster | None = None
+        self.ha_slave: HASlave | None = None
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self._health = health.aio.HealthServicer()
+        self._stopping = False
+        self._open_batch: _Batch | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        cfg = self.config
+        host, _, port = cfg.listen.rpartition(":")
+        store_cfg = cfg.store.with_(store_host=(host if host != "0.0.0.0" else "127.0.0.1",
+                                                int(port)))
+        self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
+                                       failpoints=self.failpoints)
+        log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
+        await self.store.start()
+        limit = store_cfg.max_message_size_bytes + 1024 * 1024
+        self.server = grpc.aio.server(
+            interceptors=[TokenInterceptor(cfg.token)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", max(limit, 64 * 1024 * 1024)),
+                ("grpc.max_send_message_length", MAX_READ_BYTES + 1024 * 1024),
+                *HA_CHANNEL_OPTIONS,
+            ],
+        )
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
+        services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        if self.role != Role.SLAVE:
+            self.ha_master = HAMaster(self.store, cfg.ha, clock=self.clock,
+                                      failpoints=self.failpoints)
+            from proto import ha_pb2_grpc
+
+            ha_pb2_grpc.add_HAServicer_to_server(self.ha_master, self.server)
+            services.append(HA_SERVICE)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
+        reflection.enable_server_reflection(services, self.server)
+        try:
+            self.port = self.server.add_insecure_port(cfg.listen)
+        except RuntimeError as exc:
+            raise NodeStartError(f"cannot listen on {cfg.listen}: {exc}; is another process "
+                                 "using that port?") from None
+        if not self.port:
+            raise NodeStartError(f"cannot listen on {cfg.listen}: the port is in use or the "
+                                 "address is not local; choose another --listen")
+        await self.server.start()
+        if self.role == Role.SLAVE:
+            assert cfg.master is not None
+            self.ha_slave = HASlave(self.store, name=cfg.name, master_address=cfg.master,
+                                    token=cfg.token, config=cfg.ha, clock=self.clock,
+                                    failpoints=self.failpoints)
+            self.ha_slave.start()
+        for svc in ("", BROKER_SERVICE):
+            await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        log.info("node %s (%s, %s, crash model %s) serving on %s:%d, wrote=%d flushed=%d",
+                 cfg.name, self.role.value, store_cfg.flush_mode.value,
+                 store_cfg.crash_model.value, host, self.port, self.store.log.wrote,
+                 self.store.log.flushed)
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop accepting, finish in-flight calls, stop HA,
+        close the store (flush, checkpoint, remove `abort`)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("node %s shutting down", self.config.name)
+        await self._health.enter_graceful_shutdown()
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
+        if self.ha_master is not None:
+            await self.ha_master.close()
+        if self.server is not None:
+            await self.server.stop(self.config.shutdown_grace_s)
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.store is not None:
+            await self.store.close()
+            log.info("store closed cleanly (abort marker removed), wrote=%d",
+                     self.store.log.wrote)
+
+    # ------------------------------------------------------------------ puts
+    async def put_many(self, messages: Sequence[Message]) -> list[PutResult]:
+        if self.role == Role.SLAVE:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
+                              detail=f"{self.config.name} is a SLAVE; send to its master "
+                                     f"({self.config.master})") for m in messages]
+        if self._stopping or self.store is None:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
+                              detail="node is shutting down") for m in messages]
+        if not messages:
+            return []
+        batch = self._open_batch
+        if batch is None:
+            loop = asyncio.get_running_loop()
+            batch = self._open_batch = _Batch(loop)
+            loop.call_soon(self._drain, batch)
+        start = len(batch.messages)
+        batch.messages.extend(messages)
+        final = await batch.done
+        return final[start:start + len(messages)]
+
+    def _drain(self, batch: _Batch) -> None:
+        self._open_batch = None
+        store = self.store
+        assert store is not None
+        results = store.append(batch.messages)
+        if self.ha_master is not None:
+            self.ha_master.notify_appended()
+        task = asyncio.get_running_loop().create_task(self._finish(batch, results))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, batch: _Batch, results: list[PutResult]) -> None:
+        try:
+            batch.done.set_result(await self._wait_promises(results))
+        except Exception as exc:  # a bug must not leave producers hanging
+            log.exception("put path failed")
+            batch.done.set_result([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
+                                   if r.status is PutStatus.PUT_OK else r for r in results])
+
+    async def _wait_promises(self, results: list[PutResult]) -> list[PutResult]:
+        store = self.store
+        assert store is not None
+        ok = [r for r in results if r.status is PutStatus.PUT_OK]
+        if not ok:
+            return results
+        end = max(r.end for r in ok)
+        ha = self.ha_master if self.role == Role.SYNC_MASTER else None
+        replica_ok: dict[int, bool] = {}
+        waits: list[asyncio.Future[PutStatus]] = [asyncio.ensure_future(store.wait_flushed(end))]
+        if ha is not None:
+            for r in ok:
+                replica_ok[r.offset] = ha.slave_ok(r.end)
+            ends = [r.end for r in ok if replica_ok[r.offset]]
+            if ends:
+                waits.append(ha.wait_replicated(max(ends)))
+        statuses = await asyncio.gather(*waits)
+        flush_status = statuses[0]
+        replica_status = statuses[1] if len(statuses) > 1 else PutStatus.PUT_OK
+        flushed = store.log.flushed
+        best = ha.best_acked() if ha is not None else None
+        out: list[PutResult] = []
+        for r in results:
+            if r.status is not PutStatus.PUT_OK:
+                out.append(r)
+                continue
+            fs = flush_status
+            if fs is PutStatus.FLUSH_DISK_TIMEOUT and flushed >= r.end:
+                fs = PutStatus.PUT_OK
+            rs = PutStatus.PUT_OK
+            if ha is not None:
+                if not replica_ok[r.offset]:
+                    rs = PutStatus.SLAVE_NOT_AVAILABLE
+                elif replica_status is not PutStatus.PUT_OK and not (
+                        best is not None and best >= r.end):
+                    rs = replica_status
+            status = worse(fs, rs)
+            if status is PutStatus.PUT_OK:
+                out.append(r)
+            else:
+                out.append(r._replace(status=status, detail=self._explain(status, r, best)))
+        return out
+
+    def _explain(self, status: PutStatus, r: PutResult, best: int | None) -> str:
+        cfg = self.config
+        if status is PutStatus.SLAVE_NOT_AVAILABLE:
+            if best is None:
+                return "stored on the master; no slave is connected"
+            return (f"stored on the master; the best slave is {r.end - best} bytes behind "
+                    f"(ha_max_gap_not_in_sync {cfg.ha.max_gap_not_in_sync_bytes})")
+        if status is PutStatus.FLUSH_SLAVE_TIMEOUT:
+            return (f"stored on the master; no slave acknowledged it within "
+                    f"{cfg.ha.slave_timeout_ms} ms")
+        if status is PutStatus.FLUSH_DISK_TIMEOUT:
+            return (f"appended, but not flushed within {cfg.store.sync_flush_timeout_ms} ms")
+        assert self.store is not None
+        return self.store.log.failed or status.value
+
+    # ---------------------------------------------------------------- status
+    def status(self) -> broker_pb2.NodeStatus:
+        store = self.store
+        assert store is not None
+        st = store.state()
+        cfg = self.config
+        msg = broker_pb2.NodeStatus(
+            name=cfg.name, role=self.role.value, flush_mode=st["flush_mode"],
+            crash_model=st["crash_model"], min_offset=st["min_offset"], flushed=st["flushed"],
+            wrote=st["wrote"], slave_ahead_policy=cfg.ha.slave_ahead_policy.value,
+            ha_ship_limit=cfg.ha.ship_limit.value, recovery_json=json.dumps(st["recovery"]),
+            pid=os.getpid(), failed=st["failed"] or "", config_json=json.dumps(self._config_dict()),
+        )
+        msg.failpoint_hits.update(self.failpoints.hits())
+        if self.ha_master is not None:
+            for link in self.ha_master.status():
+                msg.slaves.add(**asdict(link))
+        if self.ha_slave is not None:
+            msg.master.CopyFrom(broker_pb2.MasterLink(**asdict(self.ha_slave.link)))
+        return msg
+
+    def _config_dict(self) -> dict[str, Any]:
+        cfg = self.config
+        d: dict[str, Any] = {"name": cfg.name, "role": cfg.role.value, "listen": cfg.listen,
+                             "master": cfg.master, "data_dir": cfg.data_dir,
+                             "failpoints": cfg.failpoints}
+        d["store"] = {k: (v.value if hasattr(v, "value") else v)
+                      for k, v in asdict(cfg.store).items()}
+        d["ha"] = {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(cfg.ha).items()}
+        return d
+
+    def read(self, offset: int, max_bytes: int) -> broker_pb2.ReadResponse:
+        store = self.store
+        assert store is not None
+        lg = store.log
+        if offset < lg.min_offset or offset > lg.wrote:
+            raise ValueError(f"offset {offset} is outside this node's log "
+                             f"[{lg.min_offset}, {lg.wrote}]")
+        n = DEFAULT_READ_BYTES if max_bytes <= 0 else min(max_bytes, MAX_READ_BYTES)
+        try:
+            data, nxt = lg.read_range(offset, n)
+        except CorruptRecordError as exc:
+            raise ValueError(f"no record starts at offset {offset} ({exc}); read from an "
+                             "offset a send returned, or from the log's first offset") from None
+        return broker_pb2.ReadResponse(data=data, next_offset=nxt, min_offset=lg.min_offset,
+                                       wrote=lg.wrote)
+
+
+class NodeStartError(RuntimeError):
+    """The node cannot start; the message says why and what to do."""
+
+
+class _Batch:
+    __slots__ = ("messages", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.messages: list[Message] = []
+        self.done: asyncio.Future[list[PutResult]] = loop.create_future()
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServicer):
+    """Convert, call the node, map errors to status codes."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def Send(self, request: broker_pb2.SendRequest, context: grpc.aio.ServicerContext
+                   ) -> broker_pb2.SendResult:
+        msg = message_from_pb(request.message, peer_host(context.peer()))
+        (result,) = await self.node.put_many([msg])
+        return result_to_pb(result)
+
+    async def SendBatch(self, request: broker_pb2.SendBatchRequest,
+                        context: grpc.aio.ServicerContext) -> broker_pb2.SendBatchResponse:
+        born = peer_host(context.peer())
+        results = await self.node.put_many([message_from_pb(m, born) for m in request.messages])
+        return broker_pb2.SendBatchResponse(results=[result_to_pb(r) for r in results])
+
+    async def Read(self, request: broker_pb2.ReadRequest, context: grpc.aio.ServicerContext
+                   ) -> broker_pb2.ReadResponse:
+        try:
+            return self.node.read(request.offset, request.max_bytes)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+            raise  # abort raises; this line is for type checkers
+
+    async def Status(self, request: broker_pb2.StatusRequest, context: grpc.aio.ServicerContext
+                     ) -> broker_pb2.NodeStatus:
+        return self.node.status()
+
+
+async def serve(config: NodeConfig) -> int:
+    """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+    except BaseException:
+        await node.stop()
+        raise
+    await stop.wait()
+    await node.stop()
+    return 0

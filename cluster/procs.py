@@ -1,0 +1,111 @@
+"""Process handling for the local backend: start detached, identify a
+process across CLI invocations (pid + start time, so a reused pid is never
+mistaken for our node), signal, and wait for a state."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class ProcId:
+    pid: int
+    start_time: int  # /proc/PID/stat field 22 (clock ticks since boot)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time) of pid, or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rindex(")") + 2:].split()
+    return rest[0], int(rest[19])
+
+
+def proc_state(proc: ProcId | None) -> str:
+    """'running', 'paused' (stopped by a signal) or 'gone' (exited, zombie, or
+    the pid now belongs to another process)."""
+    if proc is None:
+        return "gone"
+    _reap(proc.pid)
+    st = _stat(proc.pid)
+    if st is None or st[1] != proc.start_time or st[0] in ("Z", "X"):
+        return "gone"
+    if st[0] in ("T", "t"):
+        return "paused"
+    return "running"
+
+
+def spawn(cmd: Sequence[str], *, log_path: str, env: dict[str, str] | None = None) -> ProcId:
+    """Start cmd detached from this process (own session, stdin closed,
+    stdout+stderr appended to log_path), so it outlives the CLI call."""
+    with open(log_path, "ab") as log:
+        p = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    _CHILDREN[p.pid] = p
+    for _ in range(100):
+        st = _stat(p.pid)
+        if st is not None:
+            return ProcId(p.pid, st[1])
+        time.sleep(0.001)
+    return ProcId(p.pid, -1)
+
+
+def _reap(pid: int) -> None:
+    p = _CHILDREN.get(pid)
+    if p is not None and p.poll() is not None:
+        del _CHILDREN[pid]
+
+
+def send_signal(proc: ProcId | None, sig: signal.Signals) -> bool:
+    """Signal the process if it is still ours; False when it is gone."""
+    if proc is None or proc_state(proc) == "gone":
+        return False
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_state(proc: ProcId | None, want: set[str], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    delay = 0.002
+    while True:
+        if proc_state(proc) in want:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def exit_code(proc: ProcId) -> int | None:
+    p = _CHILDREN.get(proc.pid)
+    return p.returncode if p is not None else None
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free TCP ports on host (all held open while choosing, so
+    they differ; another process may still take one before it is used)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

@@ -1,0 +1,50 @@
+"""Conversions between the broker protos and the store's types, shared by
+the node (server side) and the client."""
+
+from __future__ import annotations
+
+from proto import broker_pb2
+from store.record import Message
+from store.status import PutResult, PutStatus
+
+_STATUS_TO_PB = {s: broker_pb2.PutStatus.Value(s.value) for s in PutStatus}
+_PB_TO_STATUS = {v: k for k, v in _STATUS_TO_PB.items()}
+
+
+def message_to_pb(msg: Message) -> broker_pb2.Message:
+    return broker_pb2.Message(
+        topic=msg.topic, body=msg.body, properties=dict(msg.properties),
+        queue_id=msg.queue_id, flag=msg.flag, born_timestamp_ms=msg.born_timestamp_ms,
+    )
+
+
+def message_from_pb(pb: broker_pb2.Message, born_host: tuple[str, int]) -> Message:
+    return Message(
+        topic=pb.topic, body=pb.body, properties=dict(pb.properties), queue_id=pb.queue_id,
+        flag=pb.flag, born_timestamp_ms=pb.born_timestamp_ms, born_host=born_host,
+    )
+
+
+def result_to_pb(r: PutResult) -> broker_pb2.SendResult:
+    return broker_pb2.SendResult(
+        status=_STATUS_TO_PB[r.status], offset=r.offset, size=r.size, msg_id=r.msg_id or "",
+        store_timestamp_ms=r.store_timestamp_ms, detail=r.detail,
+    )
+
+
+def status_from_pb(value: int) -> PutStatus:
+    """The PutStatus of a wire value; an unknown value (a newer node) is UNKNOWN_ERROR."""
+    return _PB_TO_STATUS.get(value, PutStatus.UNKNOWN_ERROR)
+
+
+def peer_host(peer: str) -> tuple[str, int]:
+    """grpc's peer string ('ipv4:127.0.0.1:5555', 'ipv6:[::1]:5555') as (host, port);
+    anything else as ('127.0.0.1', 0)."""
+    kind, _, rest = peer.partition(":")
+    host, _, port = rest.rpartition(":")
+    if kind == "ipv4" and host:
+        try:
+            return host, int(port)
+        except ValueError:
+            pass
+    return "127.0.0.1", 0
