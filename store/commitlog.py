@@ -18,6 +18,9 @@ Ordering rules:
   appended, so a crash can never bring a truncated tail back.
 - After any write or sync error the log stops accepting appends
   (`failed` says why); bytes already flushed are never touched again.
+  A segment that cannot be created (disk full, file size limit) stops
+  appends only: everything pending lies in segments that exist, and flush()
+  still writes it. A failed write or fsync stops flushes too.
 
 Thread model: appends and reads come from the event loop thread, flush() from
 one flusher thread; `_lock` guards positions and pending chunks, `_flush_lock`
@@ -113,6 +116,7 @@ class CommitLog:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.failed: str | None = None
+        self._flush_failed = False
         self.fsyncs = 0
         self.failpoints = failpoints
         self._check()
@@ -148,14 +152,21 @@ class CommitLog:
             return self.segments[-1]
         start = self.wrote
         assert start % self.seg_size == 0, start
-        seg = Segment.create(self.directory, start, self.seg_size)
+        try:
+            seg = Segment.create(self.directory, start, self.seg_size)
+        except OSError as exc:
+            self._fail(exc, "creating a segment", flush_ok=True)
+            raise
         self.segments.append(seg)
         self._starts.append(start)
         self.failpoints.hit("segment_roll")
         return seg
 
-    def _fail(self, exc: OSError, during: str) -> None:
-        self.failed = f"{during} failed: {exc.strerror or exc} (errno {exc.errno})"
+    def _fail(self, exc: OSError, during: str, *, flush_ok: bool = False) -> None:
+        if self.failed is None or not flush_ok:
+            self.failed = f"{during} failed: {exc.strerror or exc} (errno {exc.errno})"
+        if not flush_ok:
+            self._flush_failed = True
 
     # --------------------------------------------------------------- append
     def _push(self, seg: Segment, start: int, data: bytes, logical_end: int) -> None:
@@ -178,6 +189,7 @@ class CommitLog:
             if self.failed:
                 return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed)
                         for _ in messages]
+            pushed = 0  # results[:pushed] are in pushed chunks: appended
             try:
                 seg = self._segment_at_wrote()
                 buf: list[bytes] = []
@@ -209,6 +221,8 @@ class CommitLog:
                         blank = encode_blank(seg.end - pos)
                         if buf:
                             self._push(seg, buf_start, b"".join(buf), pos)
+                            pushed = len(results)
+                            self._last_ts = now
                         self._push(seg, pos, blank, seg.end)
                         pos = seg.end
                         seg = self._segment_at_wrote()
@@ -224,9 +238,14 @@ class CommitLog:
                     self._push(seg, buf_start, b"".join(buf), pos)
                 self._last_ts = now
             except OSError as exc:
-                self._fail(exc, "append")
-                return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed or "")
-                        for _ in messages]
+                if self.failed is None:
+                    self._fail(exc, "append")
+                # Messages in chunks pushed before the error are appended like
+                # any other (under PROCESS already in the file): they keep
+                # PUT_OK. The rest were not written.
+                return results[:pushed] + [
+                    PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed or "")
+                    for _ in messages[pushed:]]
             self._check()
         return results
 
@@ -272,7 +291,8 @@ class CommitLog:
                 seg = self._segment_at_wrote()
                 self._push(seg, offset, bytes(data), end)
             except OSError as exc:
-                self._fail(exc, "append")
+                if self.failed is None:
+                    self._fail(exc, "append")
                 raise StoreFailedError(self.failed or "") from exc
             self._check()
             return self.wrote
@@ -288,8 +308,8 @@ class CommitLog:
             with self._lock:
                 if on_snapshot is not None:
                     on_snapshot()
-                if self.failed:
-                    raise StoreFailedError(self.failed)
+                if self._flush_failed:
+                    raise StoreFailedError(self.failed or "")
                 n = len(self._p_start)
                 first = self._head
                 target = self.wrote

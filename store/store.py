@@ -438,7 +438,7 @@ class MessageStore:
     # ----------------------------------------------------------------- close
     async def close(self) -> None:
         """Clean shutdown: flush everything, sync the checkpoint, remove
-        `abort`, release the lock. A log that failed keeps its `abort`, so
+        `abort`, release the lock. A log whose flush failed keeps its `abort`, so
         the next open runs the abnormal (full-checking) recovery."""
         if self._closed:
             return
