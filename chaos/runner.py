@@ -64,7 +64,7 @@ class RunConfig:
     slave_ahead_policy: str = "reject"
     ha_ship_limit: str = "wrote"
     slaves: int = 1
-    segment_size_bytes: int = 4 * 1024 * 1024
+    segment_size_bytes: int = 8 * 1024 * 1024  # rolls a few times per run; holds a 4 MiB message
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     settle_timeout_s: float = 5.0
     keep_cluster_dir: bool = True
@@ -176,7 +176,7 @@ class Run:
                 self._fault(step.action, name, t, end=now_ms())
                 st = self._record_recovery(backend, name)
                 if name == self.master and st is not None:
-                    self._observe_slave_ahead(int(st["wrote"]))
+                    self._observe_slave_ahead(_recovered(st))
             elif step.action == "pause":
                 backend.pause(name)
                 self.state.paused.add(name)
@@ -324,18 +324,38 @@ class Run:
                 self._fault("start", name, t, end=now_ms(), detail="end of run")
                 st = self._record_recovery(backend, name)
                 if name == self.master and st is not None:
-                    self._observe_slave_ahead(int(st["wrote"]))
+                    self._observe_slave_ahead(_recovered(st))
         self._settle(backend)
         for name in (*self.slaves, self.master):
             backend.stop(name)
 
     def _settle(self, backend: ClusterBackend) -> None:
         deadline = time.monotonic() + self.cfg.settle_timeout_s
+        last: list[int | None] = []
+        last_change = time.monotonic()
         while time.monotonic() < deadline:
-            mw = self._wrote(backend, self.master)
+            try:
+                st = self._status(backend.node(self.master).address, self.token)
+            except Exception:
+                st = {}
+            mw = st.get("wrote")
             sw = [self._wrote(backend, s) for s in self.slaves]
             if mw is not None and all(w is not None and w >= mw for w in sw):
                 detail = "replication settled"
+                break
+            rejected = [link.get("slave") for link in st.get("slaves", [])
+                        if link.get("state") == "rejected"]
+            if rejected and len(rejected) == len(self.slaves):
+                # The policy refused a slave that is ahead: it will not catch up.
+                detail = f"slave(s) {', '.join(map(str, rejected))} rejected as ahead; logs kept"
+                break
+            if sw != last:
+                last, last_change = sw, time.monotonic()
+            elif time.monotonic() - last_change > 1.0:
+                # No slave moved for a second with no load running: a
+                # diverged or refused slave will not catch up by waiting.
+                detail = (f"replication stalled: master at {mw}, slaves at {sw} "
+                          f"({'; '.join(str(x.get('detail', '')) for x in st.get('slaves', []))})")
                 break
             time.sleep(0.1)
         else:
@@ -384,6 +404,13 @@ class Run:
         })
         if not cfg.keep_cluster_dir:
             shutil.rmtree(self.cluster_dir, ignore_errors=True)
+
+
+def _recovered(status: dict[str, Any]) -> int:
+    """The master's offset right after its recovery (its `wrote` may already
+    include new puts by the time the status is read)."""
+    off = status.get("recovered_offset")
+    return int(off) if off is not None else int(status["wrote"])
 
 
 def _versions() -> dict[str, str]:

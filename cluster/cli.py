@@ -69,11 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dlab: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # expected domain errors carry a message for users
+        from cluster.backend import BackendError
         from store.config import ConfigError
         from store.lock import StoreLockedError
         from store.store import StoreOpenError
 
-        if isinstance(exc, ConfigError | StoreLockedError | StoreOpenError):
+        if isinstance(exc, ConfigError | StoreLockedError | StoreOpenError | BackendError):
             print(f"dlab: error: {exc}", file=sys.stderr)
             return 2
         raise
