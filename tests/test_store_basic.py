@@ -1,0 +1,253 @@
+"""The store's everyday behaviour on real files: puts and their offsets,
+segments that roll with a blank, the flush modes and crash models, reads for
+replication, the abort/checkpoint lifecycle, and what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from store_helpers import SEG, fill, ids, message, read_at, reopen
+
+from store.checkpoint import FILE_SIZE
+from store.clock import ManualClock
+from store.commitlog import OffsetMismatchError, RangeRejectedError
+from store.config import TESTING, ConfigError, CrashModel, FlushMode, StoreConfig
+from store.record import BLANK_MAGIC, BLANK_SIZE, MESSAGE_MAGIC, Message, peek
+from store.segments import segment_name
+from store.status import PutStatus
+from store.store import MessageStore, StoreOpenError
+
+
+async def _wait_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        await asyncio.sleep(0.01)
+    return bool(cond())
+
+
+def test_puts_get_contiguous_offsets_and_read_back(tmp_path: Path) -> None:
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH))
+        await s.start()
+        try:
+            first = await s.put(message(0))
+            assert first.status is PutStatus.PUT_OK and first.offset == 0
+            assert first.msg_id == "m000000" and first.size == 91 + 200 + 9 + 17
+            rest = await asyncio.gather(*(s.put(message(i)) for i in range(1, 50)))
+            results = [first, *rest]
+            assert [r.offset for r in results] == [i * first.size for i in range(50)]
+            rec = s.log.read_record(results[7].offset)
+            assert rec.msg_id == "m000007" and rec.body == message(7).body
+            assert rec.queue_offset == 7  # per (topic, queue) counter
+            assert s.log.flushed >= results[-1].end  # SYNC_FLUSH: acked means flushed
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+def test_segments_roll_with_a_blank_and_no_record_is_split(tmp_path: Path) -> None:
+    results = fill(tmp_path, 700, body_size=333)
+    files = sorted(os.listdir(tmp_path / "commitlog"))
+    assert files == [segment_name(i * SEG) for i in range(len(files))] and len(files) >= 4
+    assert all(len(f) == 20 for f in files)
+    assert all((tmp_path / "commitlog" / f).stat().st_size == SEG for f in files)
+    for r in results:
+        assert r.offset // SEG == (r.end - 1) // SEG, f"record at {r.offset} crosses a segment"
+    # every full segment ends with a blank that covers the rest of it exactly
+    for seg_index in range(len(files) - 1):
+        last = max(r for r in results if r.offset // SEG == seg_index)
+        blank_at = last.end
+        size, magic = peek(read_at(tmp_path, blank_at, 8), 0)
+        assert magic == BLANK_MAGIC and size == (seg_index + 1) * SEG - blank_at
+        assert size >= BLANK_SIZE
+    records, report = reopen(tmp_path)
+    assert ids(records) == [f"m{i:06d}" for i in range(700)]
+    assert report.abnormal is False and report.first_bad_offset is None
+
+
+def test_illegal_messages_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), TESTING)
+        await s.start()
+        try:
+            before = s.log.wrote
+            big = Message("t", bytes(TESTING.max_message_size_bytes + 1))
+            r = await s.put(big)
+            assert r.status is PutStatus.MESSAGE_ILLEGAL and "max_message_size" in r.detail
+            r = await s.put(Message("t" * 200, b"x"))
+            assert r.status is PutStatus.MESSAGE_ILLEGAL and "topic" in r.detail
+            assert s.log.wrote == before
+            ok = await s.put(Message("t", bytes(TESTING.max_message_size_bytes)))
+            assert ok.status is PutStatus.PUT_OK  # the limit itself is allowed
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+def test_group_commit_shares_fsyncs_between_concurrent_puts(tmp_path: Path) -> None:
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH))
+        await s.start()
+        try:
+            before = s.log.fsyncs
+
+            async def producer(p: int) -> list[PutStatus]:
+                return [(await s.put(message(p * 100 + i))).status for i in range(5)]
+
+            statuses = await asyncio.gather(*(producer(p) for p in range(64)))
+            assert {st for row in statuses for st in row} == {PutStatus.PUT_OK}
+            fsyncs = s.log.fsyncs - before
+            assert 1 <= fsyncs < 320 / 4, f"{fsyncs} fsyncs for 320 puts: no group commit"
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+def test_async_flush_waits_for_least_pages_or_the_thorough_interval(tmp_path: Path) -> None:
+    clock = ManualClock()
+    config = TESTING.with_(flush_mode=FlushMode.ASYNC_FLUSH, flush_interval_ms=10,
+                           flush_least_pages=4, flush_thorough_interval_ms=1000)
+
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), config, clock=clock)
+        await s.start()
+        try:
+            r = await s.put(message(0))
+            assert r.status is PutStatus.PUT_OK and s.log.flushed < r.end  # ack before flush
+            await asyncio.sleep(0.15)  # many intervals pass, but dirty < 4 pages
+            assert s.log.flushed < r.end
+            clock.advance(1.5)  # the thorough interval is due: flush whatever is dirty
+            assert await _wait_until(lambda: s.log.flushed >= r.end)
+            results = [await s.put(message(i)) for i in range(1, 100)]  # > 16 KiB dirty
+            assert await _wait_until(lambda: s.log.flushed >= results[-1].end)
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("model", [CrashModel.POWER, CrashModel.PROCESS])
+def test_crash_models_decide_where_unflushed_bytes_live(tmp_path: Path, model: CrashModel) -> None:
+    """POWER: appended bytes stay in process memory (the file still reads
+    zeros) yet are readable through the store; PROCESS: they are in the file
+    at once."""
+    config = TESTING.with_(flush_mode=FlushMode.ASYNC_FLUSH, crash_model=model,
+                           flush_interval_ms=10_000, flush_thorough_interval_ms=10_000)
+
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), config)
+        await s.start()
+        try:
+            r = await s.put(message(1))
+            assert s.state()["crash_model"] == model.value
+            assert s.log.read_record(r.offset).msg_id == "m000001"
+            on_disk = read_at(tmp_path, r.offset, 8)
+            if model is CrashModel.POWER:
+                assert on_disk == bytes(8)
+            else:
+                assert peek(on_disk, 0) == (r.size, MESSAGE_MAGIC)
+            await s.flush()
+            assert peek(read_at(tmp_path, r.offset, 8), 0) == (r.size, MESSAGE_MAGIC)
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+def test_abort_and_checkpoint_lifecycle(tmp_path: Path) -> None:
+    clock = ManualClock(wall_ms=1_712_345_678_901)
+    s = MessageStore.open(str(tmp_path), TESTING, clock=clock)
+    assert (tmp_path / "abort").read_text() == str(os.getpid())
+    assert (tmp_path / "lock").exists()
+    assert s.recovery.abnormal is False
+    results = s.log.append([message(i) for i in range(10)])
+    assert {r.store_timestamp_ms for r in results} == {1_712_345_678_901}
+    s.close_sync()
+    assert not (tmp_path / "abort").exists()
+    raw = (tmp_path / "checkpoint").read_bytes()
+    assert len(raw) == FILE_SIZE
+    assert struct.unpack_from(">qqq", raw, 0) == (1_712_345_678_901,) * 3
+    records, report = reopen(tmp_path)
+    assert len(records) == 10 and report.abnormal is False
+
+
+def test_state_reports_positions_and_modes(tmp_path: Path) -> None:
+    async def run() -> None:
+        config = TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH, crash_model=CrashModel.PROCESS)
+        s = MessageStore.open(str(tmp_path), config)
+        await s.start()
+        try:
+            await s.put_batch([message(i) for i in range(20)])
+            st = s.state()
+            assert st["flush_mode"] == "SYNC_FLUSH" and st["crash_model"] == "process"
+            assert st["min_offset"] <= st["flushed"] <= st["wrote"] and st["wrote"] > 0
+            assert st["segment_size_bytes"] == SEG and st["failed"] is None
+            assert st["recovery"]["abnormal"] is False
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+def test_read_range_ships_whole_records_and_a_slave_verifies_them(tmp_path: Path) -> None:
+    fill(tmp_path / "master", 400, body_size=250)
+    master = MessageStore.open(str(tmp_path / "master"), TESTING)
+    slave = MessageStore.open(str(tmp_path / "slave"), TESTING)
+    try:
+        offset = 0
+        rounds = 0
+        while offset < master.log.wrote:
+            data, nxt = master.log.read_range(offset, 5000)
+            assert data and nxt > offset
+            if nxt % SEG == 0 and nxt != offset + len(data):  # ended with a blank
+                assert peek(data, len(data) - BLANK_SIZE)[1] == BLANK_MAGIC
+            assert slave.log.append_raw(offset, data) == nxt
+            offset = nxt
+            rounds += 1
+        assert rounds > 10
+        assert slave.log.wrote == master.log.wrote
+        slave.log.flush()
+        assert ids(list(slave.log.iter_records())) == ids(list(master.log.iter_records()))
+        # A range at the wrong offset, or one that fails verification, is refused whole.
+        data, _ = master.log.read_range(0, 2000)
+        with pytest.raises(OffsetMismatchError):
+            slave.log.append_raw(0, data)
+        fresh = MessageStore.open(str(tmp_path / "fresh"), TESTING)
+        try:
+            bad = bytearray(data)
+            last = len(data) - peek(master.log.read(0, 8), 0)[0]  # records are all one size
+            bad[last + 100] ^= 0xFF  # inside the last record's body: its CRC fails
+            with pytest.raises(RangeRejectedError, match="crc"):
+                fresh.log.append_raw(0, bytes(bad))
+            assert fresh.log.wrote == 0  # the good records before it were not taken either
+            assert fresh.log.append_raw(0, data) == len(data)
+        finally:
+            fresh.close_sync()
+    finally:
+        master.close_sync()
+        slave.close_sync()
+
+
+def test_config_errors_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="segment_size_bytes"):
+        StoreConfig(segment_size_bytes=1000).validate()
+    with pytest.raises(ConfigError, match="max_message_size_bytes"):
+        StoreConfig(segment_size_bytes=8192, max_message_size_bytes=8000).validate()
+    with pytest.raises(ConfigError, match="flush_thorough_interval_ms"):
+        TESTING.with_(flush_interval_ms=500, flush_thorough_interval_ms=100)
+    fill(tmp_path, 5)
+    with pytest.raises(StoreOpenError, match=f"open it with segment size {SEG}"):
+        MessageStore.open(str(tmp_path), TESTING.with_(segment_size_bytes=2 * SEG))
+    records, _ = reopen(tmp_path)  # the refused open changed nothing
+    assert len(records) == 5
