@@ -251,3 +251,57 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
         MessageStore.open(str(tmp_path), TESTING.with_(segment_size_bytes=2 * SEG))
     records, _ = reopen(tmp_path)  # the refused open changed nothing
     assert len(records) == 5
+
+
+def test_unflushed_bytes_ship_from_memory_across_segment_ends(tmp_path: Path) -> None:
+    """Under the power model with nothing flushed, read_range serves records
+    and each segment's closing blank from process memory; a slave rebuilds
+    the same log from them."""
+    config = TESTING.with_(flush_mode=FlushMode.ASYNC_FLUSH, crash_model=CrashModel.POWER,
+                           flush_interval_ms=60_000, flush_thorough_interval_ms=60_000)
+    master = MessageStore.open(str(tmp_path / "master"), config)
+    slave = MessageStore.open(str(tmp_path / "slave"), config)
+    try:
+        for lo in range(0, 600, 50):
+            master.log.append([message(i, body_size=100 + i % 300) for i in range(lo, lo + 50)])
+        assert master.log.flushed == 0 and master.log.wrote > 3 * SEG
+        assert read_at(tmp_path / "master", 0, 8) == bytes(8)  # nothing in the file yet
+        offset = 0
+        while offset < master.log.wrote:
+            data, nxt = master.log.read_range(offset, 3000)
+            assert slave.log.append_raw(offset, data) == nxt
+            offset = nxt
+        assert ids(list(slave.log.iter_records())) == [f"m{i:06d}" for i in range(600)]
+        assert ids(list(master.log.iter_records())) == [f"m{i:06d}" for i in range(600)]
+    finally:
+        master.close_sync()
+        slave.close_sync()
+    records, _ = reopen(tmp_path / "slave", config)
+    assert ids(records) == [f"m{i:06d}" for i in range(600)]
+
+
+@pytest.mark.parametrize("model", [CrashModel.POWER, CrashModel.PROCESS])
+def test_truncate_to_cuts_pending_and_flushed_bytes_for_good(
+    tmp_path: Path, model: CrashModel
+) -> None:
+    """A slave told to truncate (or recovery) cuts at a record boundary inside
+    a batch that is partly flushed, partly pending; new appends continue
+    from the cut and a reopen sees exactly that."""
+    config = TESTING.with_(flush_mode=FlushMode.ASYNC_FLUSH, crash_model=model,
+                           flush_interval_ms=60_000, flush_thorough_interval_ms=60_000)
+    s = MessageStore.open(str(tmp_path), config)
+    try:
+        first = s.log.append([message(i) for i in range(150)])
+        s.log.flush()
+        second = s.log.append([message(i) for i in range(150, 400)])  # pending, rolls a segment
+        assert s.log.flushed == first[-1].end < second[-1].end == s.log.wrote
+        cut = second[100].offset  # inside the pending batch
+        s.log.truncate_to(cut)
+        assert s.log.wrote == s.log.flushed == cut
+        s.log.append([message(i, prefix="n") for i in range(5)])
+        s.log.flush()
+    finally:
+        s.close_sync()
+    records, report = reopen(tmp_path, config)
+    assert ids(records) == [f"m{i:06d}" for i in range(250)] + [f"n{i:06d}" for i in range(5)]
+    assert report.first_bad_offset is None
