@@ -8,7 +8,6 @@ skip, saying why, where none answers. Nothing here pulls from a registry.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,17 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from compose_support import ROOT, needs_engine, remove_images, snapshot_sources
 
 from cluster import image as img
 from cluster.cli import main
-from cluster.docker_engine import unavailable_reason
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "compose" / "make-base-image.sh"
-
-ENGINE_MISSING = unavailable_reason()
-needs_engine = pytest.mark.skipif(
-    ENGINE_MISSING is not None, reason=f"needs a Docker engine: {ENGINE_MISSING}")
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="debootstrap (the base image from scratch) needs root")
 
@@ -161,20 +155,7 @@ def _assert_node_image_works(tag: str) -> None:
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A snapshot of the checkout: others edit the shared tree while these
-    tests run, and a cache-hit test needs sources that hold still."""
-    snapshot = tmp_path_factory.mktemp("sources")
-    compose = [path for path in (ROOT / "compose").iterdir() if path.is_file()]
-    for path in [*img.project_files(ROOT), *compose]:
-        target = snapshot / path.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
-    return snapshot
-
-
-def _remove_images(*tags: str) -> None:
-    for tag in tags:
-        subprocess.run(["docker", "rmi", "--force", tag], capture_output=True, check=False)
+    return snapshot_sources(tmp_path_factory.mktemp("sources"))
 
 
 @needs_engine
@@ -217,7 +198,7 @@ def test_downloaded_wheels_build_a_working_image(
                    entrypoint="python3")
         assert crc.returncode == 0, crc.stderr
     finally:
-        _remove_images(tag)
+        remove_images(tag)
 
 
 @needs_engine
@@ -247,7 +228,7 @@ def test_image_builds_offline_from_scratch(
         assert again.seconds["total"] < scratch_s / 5, (again.seconds, scratch_s)
 
         # The image gone, the cached root tarball brings it back without debootstrap.
-        _remove_images(tag, base)
+        remove_images(tag, base)
         started = time.monotonic()
         made = subprocess.run(["bash", str(SCRIPT), "--tag", base], capture_output=True,
                               text=True, timeout=300, check=False)
@@ -258,4 +239,4 @@ def test_image_builds_offline_from_scratch(
                                  text=True, timeout=60, check=False)
         assert present.returncode == 0 and "nothing to do" in present.stderr
     finally:
-        _remove_images(tag, base)
+        remove_images(tag, base)

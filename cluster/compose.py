@@ -1,0 +1,599 @@
+"""The compose backend: every node a container of the node image
+(`dlab image build`), one master and N slaves in one compose project, driven
+by `docker compose` or `docker-compose` for up/down and by the Docker SDK for
+faults.
+
+Layout of DIR (as cluster/backend.py fixes it, plus `compose.yml`):
+cluster.json, token (0600), compose.yml (generated; `docker-compose -f
+DIR/compose.yml -p PROJECT ps` works on it by hand), nodes/NAME/data (the
+store, bind-mounted) and nodes/NAME/node.log (the node's --log-file).
+
+Networks. Two per cluster, so that cutting replication leaves the harness's
+view intact:
+- `client`: every node's gRPC port is published on 127.0.0.1:HOSTPORT
+  through it; the harness, `dlab send` and `status` use those addresses.
+- `repl`: the slaves reach the master as `repl-master:7000`, an alias that
+  exists on this network only. `partition(master, slave)` disconnects the
+  slave from `repl` (its established HA stream dies with the interface; a new
+  one cannot resolve the master); `heal` connects it again.
+
+Faults go through the Docker SDK: kill = SIGKILL to the node (PID 1 of its
+container; the node's crash model decides what survives), stop = SIGTERM with
+a grace period, pause/resume = the cgroup freezer (`docker pause`). Torn tail
+and bit flip need no backend: they edit the bind-mounted files of a stopped
+node (chaos/disk_faults.py), which the containers write as the host user.
+
+Failpoints are part of a node's command line, so a container created with
+other failpoints than the ones set now is recreated (through compose) at its
+next start; a partition is re-applied to the new container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cluster.auth import read_token_file, write_token_file
+from cluster.backend import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState, Role
+from cluster.docker_engine import EngineUnavailableError, connect
+from cluster.local import MALLOC_ENV, spec_from_dict, spec_to_dict
+from cluster.procs import free_ports
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+log = logging.getLogger("dlab.compose")
+
+STATE_FILE = "cluster.json"
+COMPOSE_FILE = "compose.yml"
+STATE_VERSION = 1
+NODE_PORT = 7000  # inside every container
+MASTER_ALIAS = "repl-master"  # the master's name on the `repl` network only
+STOP_TIMEOUT_S = 30
+HOST = "127.0.0.1"
+# Inside the container: the node's directory (data + log) and the token.
+NODE_MOUNT = "/node"
+TOKEN_MOUNT = "/run/dlab/token"
+# The container's health check: the node's gRPC health service, as the
+# backend itself checks it from the host. Exit 0 only when SERVING.
+HEALTH_PROBE = (
+    "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; "
+    f"c = grpc.insecure_channel('127.0.0.1:{NODE_PORT}'); "
+    "r = g.HealthStub(c).Check(h.HealthCheckRequest(), timeout=2); "
+    "sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
+)
+
+
+# --- pure: the compose document ----------------------------------------------
+
+
+def project_name(directory: str) -> str:
+    """One compose project per cluster directory (names must be unique on
+    the engine and lowercase)."""
+    return "dlab-" + hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:10]
+
+
+def node_command(ns: NodeSpec, *, failpoints: str) -> list[str]:
+    """What the container runs after the image's `dlab` entrypoint."""
+    spec = dataclasses.replace(ns, failpoints=failpoints)
+    master = f"{MASTER_ALIAS}:{NODE_PORT}" if ns.role == Role.SLAVE else None
+    return ["node", *spec.node_args(data_dir=f"{NODE_MOUNT}/data",
+                                    listen=f"0.0.0.0:{NODE_PORT}", master=master,
+                                    token_file=TOKEN_MOUNT),
+            "--log-file", f"{NODE_MOUNT}/node.log"]
+
+
+def compose_document(*, project: str, directory: str, image: str, master: str,
+                     nodes: dict[str, dict[str, Any]], user: str) -> dict[str, Any]:
+    """The compose file for one master and its slaves. `nodes` is
+    cluster.json's: per node its spec, host port and failpoints. JSON is
+    YAML, so the document is written as JSON: no YAML library needed."""
+    services: dict[str, Any] = {}
+    for name, n in nodes.items():
+        ns = spec_from_dict(n["spec"])
+        repl: dict[str, Any] = {"aliases": [MASTER_ALIAS]} if name == master else {}
+        services[name] = {
+            "image": image,
+            "container_name": f"{project}-{name}",
+            "command": node_command(ns, failpoints=n["failpoints"]),
+            "user": user,
+            "init": False,  # the node is PID 1: SIGKILL and SIGTERM reach it directly
+            "restart": "no",
+            "stop_grace_period": f"{STOP_TIMEOUT_S}s",
+            "environment": {"PYTHONUNBUFFERED": "1", **MALLOC_ENV},
+            "volumes": [
+                {"type": "bind", "source": os.path.join(directory, "nodes", name),
+                 "target": NODE_MOUNT},
+                {"type": "bind", "source": os.path.join(directory, "token"),
+                 "target": TOKEN_MOUNT, "read_only": True},
+            ],
+            "ports": [f"{HOST}:{n['port']}:{NODE_PORT}"],
+            "networks": {"client": {}, "repl": repl},
+            "healthcheck": {"test": ["CMD", "python3", "-c", HEALTH_PROBE],
+                            "interval": "2s", "timeout": "5s", "retries": 3},
+            "labels": {"durability-lab.node": name, "durability-lab.cluster-dir": directory},
+        }
+    return {
+        "services": services,
+        "networks": {"client": {"name": f"{project}-client"},
+                     "repl": {"name": f"{project}-repl"}},
+    }
+
+
+# --- compose CLI ------------------------------------------------------------------
+
+
+def compose_command() -> list[str]:
+    """`docker compose` (v2) where it works, else `docker-compose` (v1);
+    DLAB_COMPOSE overrides, e.g. DLAB_COMPOSE=docker-compose."""
+    override = os.environ.get("DLAB_COMPOSE")
+    if override:
+        return override.split()
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True,
+                               check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    raise BackendError("neither `docker compose` nor `docker-compose` is installed; install "
+                       "one (e.g. the docker-compose package) to use --backend compose")
+
+
+class ComposeBackend:
+    name = "compose"
+
+    def __init__(self, directory: str | None = None, *, image: str | None = None,
+                 build_image: bool = True) -> None:
+        """`directory`: a cluster directory to attach to (a later `up` may
+        also set it). `image`: the node image (default: what `dlab image
+        build` makes). `build_image`: bring the image up to date with this
+        checkout at `up` (a cache hit takes well under a second)."""
+        from cluster.image import NODE_IMAGE
+
+        self.directory = os.path.abspath(directory) if directory else None
+        self.image = image or NODE_IMAGE
+        self.build_image = build_image
+        self._client: docker.DockerClient | None = None
+
+    # ------------------------------------------------------------ plumbing
+    def _docker(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = connect()
+            except EngineUnavailableError as exc:
+                raise BackendError(str(exc)) from None
+        return self._client
+
+    def _dir(self) -> str:
+        if self.directory is None:
+            raise BackendError("no cluster directory: call up() first or pass the directory")
+        return self.directory
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self._dir(), *parts)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        os.makedirs(self._dir(), exist_ok=True)
+        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            with open(self._path(STATE_FILE)) as f:
+                state: dict[str, Any] = json.load(f)
+        except FileNotFoundError:
+            raise BackendError(f"no cluster in {self._dir()}; start one with "
+                               f"`dlab cluster up --backend compose --dir {self._dir()}`"
+                               ) from None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"cannot read {self._path(STATE_FILE)}: {exc}") from None
+        if state.get("backend") != self.name or state.get("version") != STATE_VERSION:
+            raise BackendError(f"{self._path(STATE_FILE)} is a {state.get('backend')} cluster "
+                               f"(version {state.get('version')}), not a compose one")
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        tmp = self._path(STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path(STATE_FILE))
+
+    def _write_compose_file(self, state: dict[str, Any]) -> None:
+        doc = compose_document(project=state["project"], directory=self._dir(),
+                               image=state["image"], master=state["master"],
+                               nodes=state["nodes"], user=state["user"])
+        tmp = self._path(COMPOSE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            f.write("# Generated by durability-lab's compose backend (cluster/compose.py).\n")
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, self._path(COMPOSE_FILE))
+
+    def _compose(self, state: dict[str, Any], *args: str, timeout_s: float = 120) -> None:
+        cmd = [*compose_command(), "--project-name", state["project"],
+               "--file", self._path(COMPOSE_FILE), *args]
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                    cwd=self._dir(), check=False)
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"`{' '.join(cmd[:2])} {' '.join(args)}` took longer than "
+                               f"{timeout_s:g} s") from None
+        if result.returncode != 0:
+            tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-6:])
+            raise BackendError(f"`{' '.join(cmd[:2])} {' '.join(args)}` failed: {tail}")
+
+    def _container(self, state: dict[str, Any], name: str) -> Container | None:
+        from docker.errors import NotFound
+
+        try:
+            return self._docker().containers.get(f"{state['project']}-{name}")
+        except NotFound:
+            return None
+
+    def _ensure_image(self) -> None:
+        from cluster.image import ImageBuildError, build_node_image
+
+        if self.build_image:
+            try:
+                built = build_node_image(tag=self.image, log=lambda line: log.info("%s", line))
+            except ImageBuildError as exc:
+                if not self._image_present():
+                    raise BackendError(f"no node image {self.image}: {exc}") from None
+                log.warning("using the existing %s: %s", self.image, exc)
+            except EngineUnavailableError as exc:
+                raise BackendError(str(exc)) from None
+            else:
+                log.info("node image %s (%d/%d steps from cache)", built.image_id,
+                         built.steps_cached, built.steps)
+        elif not self._image_present():
+            raise BackendError(f"no node image {self.image}; build it with `dlab image build`")
+
+    def _image_present(self) -> bool:
+        from docker.errors import ImageNotFound
+
+        try:
+            self._docker().images.get(self.image)
+        except ImageNotFound:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ up
+    def up(self, spec: ClusterSpec, *, token: str, timeout_s: float = 60.0) -> list[NodeInfo]:
+        self.directory = os.path.abspath(spec.directory)
+        names = [n.name for n in spec.nodes]
+        if len(set(names)) != len(names):
+            raise BackendError(f"node names must be unique, got {names}")
+        if spec.master.role == Role.SLAVE:
+            raise BackendError("the master's role must be SYNC_MASTER or ASYNC_MASTER")
+        for s in spec.slaves:
+            if s.role != Role.SLAVE:
+                raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
+        self._docker()
+        self._ensure_image()
+        with self._locked():
+            project = project_name(self._dir())
+            if os.path.exists(self._path(STATE_FILE)):
+                old = self._load()
+                alive = [n for n in old["nodes"] if self._container(old, n) is not None]
+                if alive:
+                    raise BackendError(
+                        f"a cluster is already up in {self._dir()} ({', '.join(alive)}); run "
+                        f"`dlab cluster down --dir {self._dir()}` first")
+            write_token_file(self._path("token"), token)
+            ports = free_ports(len(spec.nodes))
+            state: dict[str, Any] = {
+                "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
+                "project": project, "image": self.image, "compose": compose_command(),
+                "user": f"{os.getuid()}:{os.getgid()}",
+                "started_ms": time.time_ns() // 1_000_000, "nodes": {}, "proxies": {},
+            }
+            for port, ns in zip(ports, spec.nodes, strict=True):
+                os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
+                state["nodes"][ns.name] = {
+                    "spec": spec_to_dict(ns), "port": port, "address": f"{HOST}:{port}",
+                    "failpoints": ns.failpoints, "created_failpoints": ns.failpoints,
+                    "partitioned": False, "starts": 1,
+                }
+            self._save(state)
+            self._write_compose_file(state)
+            try:
+                self._compose(state, "up", "--detach", "--no-build")
+                deadline = time.monotonic() + timeout_s
+                for ns in spec.nodes:
+                    self._wait_healthy(state, ns.name, deadline)
+            except BaseException:
+                with contextlib.suppress(BackendError):
+                    self._down_locked(state)
+                raise
+            return [self._info(state, n) for n in state["nodes"]]
+
+    def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        """Until the node's gRPC health service answers SERVING on its
+        published port (the same check as the container's health check, but
+        without waiting for Docker's interval)."""
+        n = state["nodes"][name]
+        with grpc.insecure_channel(n["address"]) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                container = self._container(state, name)
+                if container is None or container.status in ("exited", "dead"):
+                    raise BackendError(f"node {name} exited during start; its output: "
+                                       f"{self._logs_tail(container)}")
+                try:
+                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise BackendError(f"node {name} did not become healthy in time; see "
+                                       f"{self._path('nodes', name, 'node.log')} and "
+                                       f"`docker logs {state['project']}-{name}`")
+                time.sleep(0.05)
+
+    @staticmethod
+    def _logs_tail(container: Container | None, n: int = 5) -> str:
+        if container is None:
+            return "(container gone)"
+        with contextlib.suppress(Exception):
+            container.reload()
+            text = container.logs(tail=n).decode("utf-8", "replace").strip()
+            return " | ".join(text.splitlines()) or "(no output)"
+        return "(no output)"
+
+    # --------------------------------------------------------------- query
+    def _info(self, state: dict[str, Any], name: str) -> NodeInfo:
+        n = state["nodes"][name]
+        container = self._container(state, name)
+        status = container.status if container is not None else "gone"
+        node_state = {"running": NodeState.RUNNING, "paused": NodeState.PAUSED}.get(
+            status, NodeState.STOPPED)
+        extra: dict[str, Any] = {"port": n["port"], "starts": n["starts"],
+                                 "failpoints": n["failpoints"], "container_status": status,
+                                 "project": state["project"]}
+        if name != state["master"]:
+            extra["partitioned"] = bool(n["partitioned"])
+        return NodeInfo(
+            name=name, role=Role(n["spec"]["role"]), address=n["address"], state=node_state,
+            data_dir=self._path("nodes", name, "data"),
+            log_path=self._path("nodes", name, "node.log"),
+            container=f"{state['project']}-{name}", extra=extra,
+        )
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._locked():
+            state = self._load()
+            return [self._info(state, n) for n in state["nodes"]]
+
+    def node(self, name: str) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            return self._info(state, name)
+
+    def token(self) -> str:
+        return read_token_file(self._path("token"))
+
+    # -------------------------------------------------------------- faults
+    def _running(self, state: dict[str, Any], name: str, what: str) -> Container:
+        _check_name(state, name)
+        container = self._container(state, name)
+        if container is None or container.status not in ("running", "paused"):
+            raise BackendError(f"cannot {what} {name}: it is not running "
+                               f"(start it with `dlab cluster start {name}`)")
+        return container
+
+    def kill(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            container = self._running(state, name, "kill")
+            container.kill(signal="SIGKILL")
+            self._wait_exited(container, name, 10)
+
+    def _wait_exited(self, container: Container, name: str, timeout_s: float) -> int:
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+
+        try:
+            result = container.wait(timeout=timeout_s)
+        except RequestsConnectionError:  # the SDK's read timeout
+            raise BackendError(f"node {name} did not exit within {timeout_s:g} s") from None
+        return int(result.get("StatusCode", -1))
+
+    def stop(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            container = self._running(state, name, "stop")
+            self._stop_container(container, name)
+
+    def _stop_container(self, container: Container, name: str) -> None:
+        if container.status == "paused":  # a frozen node must run to shut down
+            container.unpause()
+        container.stop(timeout=STOP_TIMEOUT_S)
+        code = self._wait_exited(container, name, 10)
+        if code == 137:
+            raise BackendError(f"node {name} did not shut down within {STOP_TIMEOUT_S} s of "
+                               "SIGTERM and was killed")
+
+    def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            container = self._container(state, name)
+            if container is not None and container.status in ("running", "paused"):
+                raise BackendError(f"node {name} is already running; stop or kill it first")
+            self._start_locked(state, name, container, timeout_s)
+            return self._info(state, name)
+
+    def _start_locked(self, state: dict[str, Any], name: str, container: Container | None,
+                      timeout_s: float) -> None:
+        n = state["nodes"][name]
+        if container is not None and n["failpoints"] == n["created_failpoints"]:
+            container.start()
+        else:  # new failpoints: a new command line, so a new container
+            self._write_compose_file(state)
+            self._compose(state, "up", "--detach", "--no-build", "--no-deps",
+                          "--force-recreate", name)
+            n["created_failpoints"] = n["failpoints"]
+            if n["partitioned"]:
+                self._set_link(state, name, cut=True)
+        n["starts"] += 1
+        self._save(state)
+        self._wait_healthy(state, name, time.monotonic() + timeout_s)
+
+    def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            container = self._container(state, name)
+            if container is not None and container.status in ("running", "paused"):
+                self._stop_container(container, name)
+            self._start_locked(state, name, self._container(state, name), timeout_s)
+            return self._info(state, name)
+
+    def pause(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            container = self._running(state, name, "pause")
+            if container.status != "paused":
+                container.pause()
+
+    def resume(self, name: str) -> None:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            container = self._container(state, name)
+            if container is None or container.status not in ("running", "paused"):
+                raise BackendError(f"node {name} is not running; use start")
+            if container.status == "paused":
+                container.unpause()
+
+    def _link(self, state: dict[str, Any], a: str, b: str) -> str:
+        _check_name(state, a)
+        _check_name(state, b)
+        master = state["master"]
+        if master not in (a, b) or a == b:
+            raise BackendError(f"no replication link between {a} and {b}: links run between "
+                               f"the master ({master}) and each slave")
+        return b if a == master else a
+
+    def partition(self, a: str, b: str) -> None:
+        with self._locked():
+            state = self._load()
+            slave = self._link(state, a, b)
+            if not state["nodes"][slave]["partitioned"]:
+                self._set_link(state, slave, cut=True)
+            state["nodes"][slave]["partitioned"] = True
+            self._save(state)
+
+    def heal(self, a: str, b: str) -> None:
+        with self._locked():
+            state = self._load()
+            slave = self._link(state, a, b)
+            if state["nodes"][slave]["partitioned"]:
+                self._set_link(state, slave, cut=False)
+            state["nodes"][slave]["partitioned"] = False
+            self._save(state)
+
+    def _set_link(self, state: dict[str, Any], slave: str, *, cut: bool) -> None:
+        from docker.errors import APIError
+
+        container = self._container(state, slave)
+        if container is None:
+            raise BackendError(f"node {slave} has no container; restart the cluster")
+        network = self._docker().networks.get(f"{state['project']}-repl")
+        try:
+            if cut:
+                network.disconnect(container)
+            else:
+                network.connect(container, aliases=[slave])
+        except APIError as exc:
+            raise BackendError(f"cannot {'cut' if cut else 'heal'} the link of {slave}: "
+                               f"{exc.explanation or exc}") from None
+
+    def set_failpoints(self, name: str, spec: str) -> None:
+        from store.failpoints import Failpoints, FailpointSpecError
+
+        try:
+            Failpoints(spec)
+        except FailpointSpecError as exc:
+            raise BackendError(str(exc)) from None
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            state["nodes"][name]["failpoints"] = spec
+            self._save(state)
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> None:
+        with self._locked():
+            state = self._load()
+            self._down_locked(state)
+
+    def _down_locked(self, state: dict[str, Any]) -> None:
+        """Clean stop of every node (SIGTERM), then compose removes the
+        containers and networks; whatever compose left (it was interrupted,
+        the file is gone) is removed through the SDK by the project label.
+        Data dirs and logs stay."""
+        errors: list[str] = []
+        for name in reversed(list(state["nodes"])):
+            container = self._container(state, name)
+            if container is not None and container.status in ("running", "paused"):
+                try:
+                    self._stop_container(container, name)
+                except BackendError as exc:
+                    errors.append(str(exc))
+        try:
+            self._compose(state, "down", "--volumes", "--remove-orphans",
+                          "--timeout", str(STOP_TIMEOUT_S))
+        except BackendError as exc:
+            errors.append(str(exc))
+        self._remove_leftovers(state["project"])
+        for f in (STATE_FILE, "token"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(f))
+        if errors:
+            raise BackendError("; ".join(errors))
+
+    def _remove_leftovers(self, project: str) -> None:
+        from docker.errors import APIError
+
+        client = self._docker()
+        label = f"com.docker.compose.project={project}"
+        for container in client.containers.list(all=True, filters={"label": label}):
+            with contextlib.suppress(APIError):
+                container.remove(force=True, v=True)
+        for network in client.networks.list(filters={"label": label}):
+            with contextlib.suppress(APIError):
+                network.remove()
+        for volume in client.volumes.list(filters={"label": label}):
+            with contextlib.suppress(APIError):
+                volume.remove(force=True)
+
+
+def _check_name(state: dict[str, Any], name: str) -> None:
+    if name not in state["nodes"]:
+        raise BackendError(f"no node {name!r} in this cluster; nodes: "
+                           f"{', '.join(state['nodes'])}")
