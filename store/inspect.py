@@ -425,7 +425,8 @@ def iter_records(report: InspectReport, read: Callable[[int], Buffer]) -> Iterat
 class StoreFiles:
     """A store root opened read-only: the listing, the markers, and segment
     bytes through `read` (memory-mapped read-only; nothing is locked or written).
-    Use as a context manager."""
+    Use as a context manager. Meant for stopped stores: on one a running
+    process is truncating, a mapped file can shrink under the reader."""
 
     def __init__(self, path: str) -> None:
         self.path = path
