@@ -245,7 +245,8 @@ _SEGS, _STARTS = _build_log()
 
 @given(st.lists(st.tuples(st.integers(0, 2 * SEG - 1), st.integers(1, 255)), min_size=1,
                 max_size=6))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 def test_recovery_keeps_every_record_before_the_first_damaged_byte(
     flips: list[tuple[int, int]],
 ) -> None:
@@ -277,7 +278,7 @@ def test_recovery_keeps_every_record_before_the_first_damaged_byte(
 
 
 @given(st.binary(min_size=0, max_size=3000), st.integers(0, 40))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 def test_scan_of_arbitrary_bytes_never_raises(data: bytes, pad: int) -> None:
     scan = scan_segment(data + bytes(pad), SEG, SEG, check_trailing=True)
     assert scan.stop in {"blank", "end", "damage"}

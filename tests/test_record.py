@@ -32,7 +32,10 @@ from store.record import (
 )
 from store.recovery import scan_segment
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# database=None: no .hypothesis/ directory in the working tree; a failure
+# prints its example, which is what reproduces it.
+FUZZ = settings(max_examples=300, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 topics = st.text(
     st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=20
@@ -147,7 +150,7 @@ def test_body_crc_is_rocketmq_crc32_with_sign_bit_cleared() -> None:
 
 
 @given(st.binary(max_size=2000))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 def test_crcmod_crc32_equals_zlib(data: bytes) -> None:
     crcmod_crc32 = crcmod.predefined.mkCrcFun("crc-32")
     assert crcmod_crc32(data) == zlib.crc32(data)
