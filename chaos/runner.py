@@ -217,6 +217,8 @@ class Run:
 
     def _await_crash(self, backend: ClusterBackend, name: str, t: int) -> None:
         spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
+        # A failpoint fires once per run: the restarted node runs without it.
+        backend.set_failpoints(name, "")
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             if backend.node(name).state == NodeState.STOPPED:

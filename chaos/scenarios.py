@@ -91,8 +91,9 @@ _add(Scenario(
     load_s=7.0,
 ))
 _add(Scenario(
-    "partition", "cut the master-slave link, heal it",
-    (Step("partition", "master", (1.0, 2.0)), Step("heal", "master", (2.0, 3.0))),
+    "partition", "cut the master-slave link for longer than the slave timeout, heal it",
+    (Step("partition", "master", (1.0, 2.0)), Step("heal", "master", (3.5, 4.5))),
+    load_s=7.0,
 ))
 _add(Scenario(
     "clean-restart", "stop the master cleanly (SIGTERM), start it again",
