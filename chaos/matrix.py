@@ -52,7 +52,8 @@ def run_matrix(
     cfg: MatrixConfig,
     make_run: Callable[[RunConfig], Run],
     *,
-    on_done: Callable[[int, int, str, str | None], None] = lambda i, n, rid, err: None,
+    on_done: Callable[[int, int, str, str | None, str | None], None] = (
+        lambda i, n, run_id, error, run_dir: None),
 ) -> MatrixOutcome:
     """Run every cell in order; a run that fails is reported and the matrix
     goes on (its error is kept with its id)."""
@@ -71,8 +72,8 @@ def run_matrix(
         try:
             run_dir = make_run(run_cfg).execute()
             done.append(run_dir)
-            on_done(i, len(cells), run_cfg.run_id, None)
+            on_done(i, len(cells), run_cfg.run_id, None, run_dir)
         except Exception as exc:
             failed.append((run_cfg.run_id, f"{type(exc).__name__}: {exc}"))
-            on_done(i, len(cells), run_cfg.run_id, f"{type(exc).__name__}: {exc}")
+            on_done(i, len(cells), run_cfg.run_id, f"{type(exc).__name__}: {exc}", None)
     return MatrixOutcome(done, failed, time.monotonic() - t0)

@@ -14,6 +14,7 @@ from chaos import scenarios
 from chaos.matrix import MatrixConfig, run_matrix
 from chaos.plan import plan_run
 from chaos.runner import FLUSHES, ROLES, Run, RunConfig
+from chaos.summary import one_line
 from chaos.workload import WorkloadConfig
 from cluster.cli import UserError
 
@@ -108,9 +109,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     bar = tqdm(total=len(cells), unit="run", file=sys.stderr, dynamic_ncols=True)
 
-    def on_done(i: int, n: int, run_id: str, err: str | None) -> None:
+    def on_done(i: int, n: int, run_id: str, err: str | None, run_dir: str | None) -> None:
         bar.update(1)
-        bar.write(f"[{i}/{n}] {run_id}: {'FAILED ' + err if err else 'ok'}")
+        line = f"FAILED {err}" if err else one_line(run_dir) if run_dir else "ok"
+        bar.write(f"[{i}/{n}] {run_id}: {line}")
 
     outcome = run_matrix(cfg, make_run, on_done=on_done)
     bar.close()
