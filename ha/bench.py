@@ -1,0 +1,426 @@
+"""HA benchmarks: `dlab bench catch-up` and `dlab bench sync-master`. Each
+measures its baselines in the same run, prints a table, then one JSON object
+as its last line carrying the figures and `ratio`.
+
+catch-up: a master node holds a backlog (default 512 MiB of 4 KiB-body
+  messages); a fresh slave node connects and catches up. The figure is the
+  slave's catch-up rate, bytes/s from its first acknowledged range until its
+  `flushed` position covers the backlog (received, verified record by
+  record, appended, fsynced). `ratio` is that over the slower of two
+  baselines measured on the same bytes: raw grpcio streaming between two
+  processes (bench_peer's Sink, no protobuf, no store) and raw sequential
+  write + fsync. Goal: ratio >= 0.8.
+
+sync-master: a SYNC_MASTER + SYNC_FLUSH master with one SYNC_FLUSH slave,
+  1 KiB bodies. Acked (PUT_OK) puts/s with 64 concurrent clients over puts/s
+  with 1 client (goal >= 10), and the single client's p99 latency over the
+  p99 of one raw gRPC round trip (bench_peer's Echo) followed by one
+  write + fsync, measured in the same run (goal <= 2). `ratio` is the
+  throughput ratio, `p99_ratio` the latency one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from cluster.backend import ClusterSpec, NodeSpec, Role
+from cluster.client import (
+    FAST_RECONNECT,
+    AsyncNodeClient,
+    NodeCallError,
+    NodeClient,
+    make_message,
+)
+from cluster.local import LocalBackend, node_env
+from cluster.procs import free_ports, proc_state, send_signal, spawn, wait_state
+from cluster.sendload import percentile
+from ha import bench_peer
+from store.config import MIB, CrashModel, FlushMode, StoreConfig
+from store.record import Message
+from store.store import MessageStore
+
+SEGMENT_BYTES = 128 * MIB
+
+
+def _emit(title: str, rows: list[tuple[str, str]], figures: dict[str, Any]) -> None:
+    print(title)
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+    print(json.dumps(figures, sort_keys=True))
+
+
+@contextlib.contextmanager
+def _peer(work: str) -> Iterator[str]:
+    """A bench_peer process; yields its address."""
+    port_file = os.path.join(work, "peer.port")
+    proc = subprocess.Popen([sys.executable, "-m", "ha.bench_peer", "--port-file", port_file],
+                            stdin=subprocess.DEVNULL, env=node_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the benchmark peer process did not start")
+            time.sleep(0.01)
+        with open(port_file) as f:
+            yield f"127.0.0.1:{int(f.read())}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _segments(commitlog: str) -> list[str]:
+    return [os.path.join(commitlog, n) for n in sorted(os.listdir(commitlog))]
+
+
+def _chunks(commitlog: str, total: int, chunk: int) -> Iterator[bytes]:
+    """The backlog's bytes, in file order, `chunk` at a time, up to `total`."""
+    left = total
+    for path in _segments(commitlog):
+        with open(path, "rb", buffering=0) as f:
+            while left > 0:
+                data = f.read(min(chunk, left))
+                if not data:
+                    break
+                left -= len(data)
+                yield data
+        if left <= 0:
+            return
+
+
+# ------------------------------------------------------------- catch-up
+def _build_backlog(path: str, total_bytes: int, body_size: int) -> int:
+    cfg = StoreConfig(segment_size_bytes=SEGMENT_BYTES, flush_mode=FlushMode.ASYNC_FLUSH,
+                      crash_model=CrashModel.PROCESS)
+    store = MessageStore.open(path, cfg)
+    try:
+        body = os.urandom(body_size)
+        i = 0
+        while store.log.wrote < total_bytes:
+            batch = [Message("backlog", body, {"UNIQ_KEY": f"c{i + k:012d}"}) for k in range(256)]
+            i += len(batch)
+            store.append(batch)
+            if i % 16384 == 0:
+                store.log.flush()
+        wrote = store.log.wrote
+    finally:
+        store.close_sync()
+    return wrote
+
+
+def _baseline_grpc_download(addr: str, commitlog: str, total: int, chunk: int) -> float:
+    """Seconds for the peer to stream `total` bytes of the backlog files to this
+    process, server to client (the HA stream's direction), grpc.aio at both
+    ends as in the nodes, raw bytes (no protobuf, no store)."""
+
+    async def run() -> float:
+        request = json.dumps({"paths": _segments(commitlog), "total": total,
+                              "chunk": chunk}).encode()
+        async with grpc.aio.insecure_channel(addr, options=bench_peer.OPTIONS) as channel:
+            await channel.channel_ready()
+            source = channel.unary_stream(bench_peer.SOURCE)
+            t0 = time.perf_counter()
+            got = 0
+            async for data in source(request, timeout=600):
+                got += len(data)
+            dt = time.perf_counter() - t0
+        if got != total:
+            raise RuntimeError(f"baseline stream delivered {got} of {total} bytes")
+        return dt
+
+    return asyncio.run(run())
+
+
+def _baseline_grpc_upload(addr: str, commitlog: str, total: int, chunk: int) -> float:
+    """The other direction (client to server, blocking client): for the table."""
+    with grpc.insecure_channel(addr, options=bench_peer.OPTIONS) as channel:
+        sink = channel.stream_unary(bench_peer.SINK)
+        grpc.channel_ready_future(channel).result(timeout=30)
+        t0 = time.perf_counter()
+        got = int.from_bytes(sink(_chunks(commitlog, total, chunk), timeout=600), "big")
+        dt = time.perf_counter() - t0
+    if got != total:
+        raise RuntimeError(f"baseline stream delivered {got} of {total} bytes")
+    return dt
+
+
+def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str) -> float:
+    data = list(_chunks(commitlog, total, chunk))  # read first: time only write + fsync
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for d in data:
+            os.write(fd, d)
+        os.fsync(fd)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(out)
+
+
+def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str
+                   ) -> dict[str, Any]:
+    from cluster.auth import generate_token
+
+    cluster_dir = os.path.join(work, "cluster")
+    master_dir = os.path.join(cluster_dir, "nodes", "master", "data")
+    total = _build_backlog(master_dir, size_mib * MIB, body_size)
+    commitlog = os.path.join(master_dir, "commitlog")
+    # Each baseline at its best of two runs (a baseline measured on a bad
+    # moment of this shared machine would flatter the ratio).
+    with _peer(work) as addr:
+        grpc_s = min(_baseline_grpc_download(addr, commitlog, total, batch_bytes)
+                     for _ in range(2))
+        upload_s = min(_baseline_grpc_upload(addr, commitlog, total, batch_bytes)
+                       for _ in range(2))
+    disk_s = min(_baseline_write_fsync(commitlog, total, batch_bytes,
+                                       os.path.join(work, "raw")) for _ in range(2))
+    extra = ("--ha-batch-bytes", str(batch_bytes))
+    common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
+                                  crash_model="power", extra_args=extra)
+    token = generate_token()
+    backend = LocalBackend()
+    # The master alone first; the slave is started below so that its whole
+    # catch-up happens while this process watches.
+    backend.up(ClusterSpec(directory=cluster_dir,
+                           master=NodeSpec(name="master", role=Role.ASYNC_MASTER, **common)),
+               token=token, timeout_s=120)
+    slave_proc = None
+    try:
+        (port,) = free_ports(1)
+        slave_addr = f"127.0.0.1:{port}"
+        args = NodeSpec(name="slave1", role=Role.SLAVE, **common).node_args(
+            data_dir=os.path.join(work, "slave", "data"), listen=slave_addr,
+            master=backend.node("master").address, token_file=os.path.join(cluster_dir, "token"))
+        os.makedirs(os.path.join(work, "slave"), exist_ok=True)
+        slave_proc = spawn([sys.executable, "-m", "cluster.cli", "node", *args],
+                           log_path=os.path.join(work, "slave", "node.log"), env=node_env())
+        t0 = t1 = 0.0
+        start_bytes = -1
+        with NodeClient(slave_addr, token=token, timeout_s=5,
+                        channel_options=FAST_RECONNECT) as client:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    st = client.status()
+                except NodeCallError:
+                    if proc_state(slave_proc) == "gone":
+                        raise RuntimeError("the slave exited; see its log") from None
+                    time.sleep(0.005)
+                    continue
+                now = time.perf_counter()
+                if start_bytes < 0 and st.wrote > 0:
+                    t0, start_bytes = now, st.wrote
+                if os.environ.get("DLAB_BENCH_TRACE"):
+                    print(f"{now:.3f} wrote={st.wrote} flushed={st.flushed}", file=sys.stderr)
+                if st.flushed >= total:
+                    t1 = now
+                    break
+                time.sleep(0.01)
+            else:
+                raise RuntimeError("the slave did not catch up within 600 s")
+        caught = total - start_bytes
+        if t1 <= t0 or caught < total // 2:
+            raise RuntimeError("catch-up finished before it could be timed; use a larger "
+                               "--size-mib")
+        catch_s = t1 - t0
+    finally:
+        if slave_proc is not None:
+            send_signal(slave_proc, signal.SIGTERM)
+            wait_state(slave_proc, {"gone"}, 30)
+        backend.down()
+    catch_bps = caught / catch_s
+    grpc_bps = total / grpc_s
+    disk_bps = total / disk_s
+    slower = min(grpc_bps, disk_bps)
+    return {
+        "bench": "catch-up", "backlog_bytes": total, "body_size": body_size,
+        "batch_bytes": batch_bytes, "timed_bytes": caught,
+        "catch_up_mib_s": round(catch_bps / MIB, 1),
+        "grpc_stream_mib_s": round(grpc_bps / MIB, 1),
+        "grpc_upload_mib_s": round(total / upload_s / MIB, 1),
+        "write_fsync_mib_s": round(disk_bps / MIB, 1),
+        "baseline": "grpc_stream" if grpc_bps <= disk_bps else "write_fsync",
+        "ratio": round(catch_bps / slower, 3), "goal": ">= 0.8",
+        "met": catch_bps / slower >= 0.8,
+    }
+
+
+# ---------------------------------------------------------- sync-master
+def _baseline_rtt_fsync(addr: str, n: int, body_size: int, path: str) -> list[float]:
+    payload = os.urandom(body_size)
+    lat: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with grpc.insecure_channel(addr, options=bench_peer.OPTIONS) as channel:
+            echo = channel.unary_unary(bench_peer.ECHO)
+            grpc.channel_ready_future(channel).result(timeout=30)
+            for _ in range(50):
+                echo(payload, timeout=10)
+            for _ in range(n):
+                t0 = time.perf_counter()
+                echo(payload, timeout=10)
+                os.write(fd, payload)
+                os.fsync(fd)
+                lat.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return sorted(lat)
+
+
+async def _clients(addr: str, token: str, clients: int, count: int, body_size: int,
+                   max_seconds: float) -> tuple[int, float, list[float], dict[str, int]]:
+    body = os.urandom(body_size)
+    channels = [AsyncNodeClient(addr, token=token, timeout_s=30)
+                for _ in range(min(clients, 8))]
+    lat: list[float] = []
+    counts: dict[str, int] = {}
+    issued = 0
+    try:
+        for c in channels:  # connect before timing
+            await c.status()
+        t0 = time.perf_counter()
+        deadline = t0 + max_seconds
+
+        async def one(k: int) -> None:
+            nonlocal issued
+            c = channels[k % len(channels)]
+            while issued < count and time.perf_counter() < deadline:
+                issued += 1
+                out = await c.send(make_message("bench", body, msg_id=f"s{k}-{issued}"))
+                counts[out.status] = counts.get(out.status, 0) + 1
+                if out.status == "PUT_OK":
+                    lat.append(out.latency_s)
+
+        await asyncio.gather(*(one(k) for k in range(clients)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        for c in channels:
+            await c.close()
+    lat.sort()
+    return counts.get("PUT_OK", 0), elapsed, lat, counts
+
+
+def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
+                      max_seconds: float, work: str) -> dict[str, Any]:
+    from cluster.auth import generate_token
+
+    with _peer(work) as addr:
+        base = _baseline_rtt_fsync(addr, max(200, count_1 // 2), body_size,
+                                   os.path.join(work, "fsync-probe"))
+    backend = LocalBackend()
+    common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
+                                  crash_model="power")
+    spec = ClusterSpec(directory=os.path.join(work, "cluster"),
+                       master=NodeSpec(name="master", role=Role.SYNC_MASTER, **common),
+                       slaves=(NodeSpec(name="slave1", role=Role.SLAVE, **common),))
+    token = generate_token()
+    backend.up(spec, token=token, timeout_s=120)
+    try:
+        master = backend.node("master").address
+        # Wait until the slave's stream is up, then warm up.
+        with NodeClient(master, token=token) as c:
+            deadline = time.monotonic() + 30
+            while not any(s.state == "connected" for s in c.status().slaves):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the slave did not connect within 30 s")
+                time.sleep(0.05)
+        asyncio.run(_clients(master, token, 4, 200, body_size, 10))
+        ok1, dt1, lat1, counts1 = asyncio.run(_clients(master, token, 1, count_1, body_size,
+                                                       max_seconds))
+        okn, dtn, latn, countsn = asyncio.run(_clients(master, token, clients, count_64,
+                                                       body_size, max_seconds))
+    finally:
+        backend.down()
+    puts1, putsn = ok1 / dt1, okn / dtn
+    p99_1, p99_n = percentile(lat1, 99) * 1000, percentile(latn, 99) * 1000
+    base_p99 = percentile(base, 99) * 1000
+    ratio = putsn / puts1 if puts1 else 0.0
+    p99_ratio = p99_1 / base_p99 if base_p99 else 0.0
+    return {
+        "bench": "sync-master", "body_size": body_size, "clients": clients,
+        "puts_per_s_1": round(puts1, 1), f"puts_per_s_{clients}": round(putsn, 1),
+        "p99_ms_1": round(p99_1, 3), f"p99_ms_{clients}": round(p99_n, 3),
+        "p50_ms_1": round(percentile(lat1, 50) * 1000, 3),
+        "baseline_rtt_fsync_p99_ms": round(base_p99, 3),
+        "baseline_rtt_fsync_p50_ms": round(percentile(base, 50) * 1000, 3),
+        "statuses_1": counts1, f"statuses_{clients}": countsn,
+        "ratio": round(ratio, 2), "goal": ">= 10",
+        "p99_ratio": round(p99_ratio, 3), "p99_goal": "<= 2",
+        "met": ratio >= 10 and p99_ratio <= 2,
+    }
+
+
+# ------------------------------------------------------------------ CLI
+def _run(fn: Any, title: str, args: argparse.Namespace) -> int:
+    work = tempfile.mkdtemp(prefix="dlab-bench-", dir=args.workdir or None)
+    try:
+        figures = fn(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [(k, json.dumps(v) if isinstance(v, dict) else str(v))
+            for k, v in figures.items() if k != "bench"]
+    _emit(title, rows, figures)
+    return 0
+
+
+def register(sub: Any, bench_sub: Any) -> None:
+    from cluster.commands import parse_size, positive_int
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workdir", help="where the nodes' stores and the baselines' files "
+                        "go (default: the system temp dir; put it on the disk you care about)")
+    p = bench_sub.add_parser(
+        "catch-up", parents=[common],
+        help="slave catch-up of a backlog vs raw gRPC streaming and raw write+fsync",
+        description="Builds a backlog on a master node, starts an empty slave and times its "
+        "catch-up (until its flushed position covers the backlog), then compares bytes/s "
+        "with the slower of raw grpcio streaming of the same bytes between two processes "
+        "and raw sequential write + fsync of them. Goal: ratio >= 0.8.")
+    p.add_argument("--size-mib", type=positive_int, default=512,
+                   help="backlog size in MiB (default 512; e.g. 64 for a quick run)")
+    p.add_argument("--body-size", type=parse_size, default=4096,
+                   help="message body bytes (default 4096)")
+    p.add_argument("--batch-bytes", type=parse_size, default=1 << 20,
+                   help="HA batch size, also the baselines' chunk size (default 1MiB)")
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_catch_up(a.size_mib, a.body_size, a.batch_bytes, w), "slave catch-up",
+        a))
+
+    p = bench_sub.add_parser(
+        "sync-master", parents=[common],
+        help="SYNC_MASTER+SYNC_FLUSH acked puts/s at 64 vs 1 client, p99 vs RTT+fsync",
+        description="Starts a SYNC_MASTER+SYNC_FLUSH master and a slave, sends with 1 client "
+        "and with 64 concurrent clients, and compares: puts/s at 64 over 1 (goal >= 10); "
+        "1-client p99 over the p99 of one raw gRPC round trip plus one write+fsync (goal "
+        "<= 2).")
+    p.add_argument("--count-1", type=positive_int, default=2000,
+                   help="puts with one client (default 2000)")
+    p.add_argument("--count-64", type=positive_int, default=20000,
+                   help="puts with the concurrent clients (default 20000)")
+    p.add_argument("--clients", type=positive_int, default=64)
+    p.add_argument("--body-size", type=parse_size, default=1024)
+    p.add_argument("--max-seconds", type=positive_int, default=60,
+                   help="bound on each load phase (default 60)")
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_sync_master(a.count_1, a.count_64, a.clients, a.body_size,
+                                    a.max_seconds, w), "SYNC_MASTER + SYNC_FLUSH", a))
