@@ -33,6 +33,13 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+# For a caller that polls a node while it starts: retry the connection every
+# few ms instead of grpc's default 1 s (growing) reconnect backoff.
+FAST_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 5),
+    ("grpc.min_reconnect_backoff_ms", 5),
+    ("grpc.max_reconnect_backoff_ms", 50),
+]
 
 
 class NodeCallError(RuntimeError):
@@ -130,11 +137,13 @@ def decode_chunk(resp: broker_pb2.ReadResponse, offset: int) -> ReadChunk:
 
 
 class AsyncNodeClient:
-    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0,
+                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(address,
+                                                  options=[*CHANNEL_OPTIONS, *channel_options])
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
 
     async def __aenter__(self) -> AsyncNodeClient:
@@ -189,11 +198,13 @@ class AsyncNodeClient:
 class NodeClient:
     """Blocking client with the same methods as AsyncNodeClient."""
 
-    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, token: str, timeout_s: float = 10.0,
+                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(address, options=[*CHANNEL_OPTIONS,
+                                                                *channel_options])
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
 
     def __enter__(self) -> NodeClient:

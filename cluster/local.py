@@ -181,7 +181,7 @@ class LocalBackend:
             os.unlink(state_file)
         cmd = [self.python, "-m", "cluster.proxy", "--listen", f"{HOST}:{p['port']}",
                "--target", p["target"], "--state-file", state_file]
-        proc = spawn(cmd, log_path=self._path("proxies", f"{name}.log"), env=_env())
+        proc = spawn(cmd, log_path=self._path("proxies", f"{name}.log"), env=node_env())
         p["pid"], p["start_time"] = proc.pid, proc.start_time
         deadline = time.monotonic() + 15
         while not os.path.exists(state_file):
@@ -203,7 +203,7 @@ class LocalBackend:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
                     f"(start {n['starts'] + 1})\n".encode())
         proc = spawn([self.python, "-m", "cluster.cli", "node", *args], log_path=log_path,
-                     env=_env())
+                     env=node_env())
         n["pid"], n["start_time"] = proc.pid, proc.start_time
         n["starts"] += 1
         n["paused"] = False
@@ -450,8 +450,22 @@ def _tail(path: str, n: int = 5) -> str:
     return " | ".join(lines[-n:]) or "(empty log)"
 
 
-def _env() -> dict[str, str]:
+# glibc hands buffers above its mmap threshold back to the OS on free, so a
+# node receiving 1 MiB HA ranges would page-fault every range's buffers in
+# anew (measured: ~25% of a slave's catch-up time). Keep big buffers in the
+# heap instead. Pure tuning: no effect on what is stored or acknowledged.
+MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(64 * 1024 * 1024),
+    "MALLOC_TRIM_THRESHOLD_": str(512 * 1024 * 1024),
+    "MALLOC_TOP_PAD_": str(64 * 1024 * 1024),
+}
+
+
+def node_env() -> dict[str, str]:
+    """The environment node (and proxy) processes run with."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("DLAB_FAILPOINTS", None)  # failpoints come from the node spec only
+    for k, v in MALLOC_ENV.items():
+        env.setdefault(k, v)
     return env

@@ -117,15 +117,11 @@ class Node:
                                        failpoints=self.failpoints)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
         await self.store.start()
-        limit = store_cfg.max_message_size_bytes + 1024 * 1024
         self.server = grpc.aio.server(
             interceptors=[TokenInterceptor(cfg.token)],
-            options=[
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", max(limit, 64 * 1024 * 1024)),
-                ("grpc.max_send_message_length", MAX_READ_BYTES + 1024 * 1024),
-                *HA_CHANNEL_OPTIONS,
-            ],
+            # No SO_REUSEPORT: a second node on the same port must fail to
+            # start, not share the port with the first.
+            options=[("grpc.so_reuseport", 0), *HA_CHANNEL_OPTIONS],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
         services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
