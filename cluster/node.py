@@ -37,6 +37,7 @@ from grpc_reflection.v1alpha import reflection
 
 from cluster.auth import TokenInterceptor
 from cluster.backend import Role
+from cluster.guards import MalformedRequestInterceptor
 from cluster.wire import message_from_pb, peer_host, result_to_pb
 from ha.config import HAConfig
 from ha.master import HAMaster
@@ -118,7 +119,7 @@ class Node:
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
         await self.store.start()
         self.server = grpc.aio.server(
-            interceptors=[TokenInterceptor(cfg.token)],
+            interceptors=[TokenInterceptor(cfg.token), MalformedRequestInterceptor()],
             # No SO_REUSEPORT: a second node on the same port must fail to
             # start, not share the port with the first.
             options=[("grpc.so_reuseport", 0), *HA_CHANNEL_OPTIONS],

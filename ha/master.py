@@ -19,10 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from cluster.backend import ShipLimit
 from ha.config import HAConfig
-from ha.session import Accept, Close, Ignore, MasterSession, SendTruncate
+from ha.session import (
+    Accept,
+    Close,
+    Ignore,
+    MasterSession,
+    RemoteProtocolError,
+    SendTruncate,
+)
 from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
 from store.clock import Clock
@@ -144,7 +152,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         peer = context.peer()
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
-        first = await _read_report(context)
+        try:
+            first = await _read_report(context)
+        except RemoteProtocolError as exc:
+            log.warning("closing a replication stream from %s: %s", peer, exc)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if first is None:
             return
         name = first.slave or peer
@@ -167,9 +179,9 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if stream.close is None:
                 for t in tasks:
-                    if t.done() and t.exception() is not None:
-                        exc = t.exception()
-                        stream.close = (grpc.StatusCode.UNAVAILABLE, f"stream failed: {exc}")
+                    failure = t.exception() if t.done() else None
+                    if failure is not None:
+                        stream.close = (grpc.StatusCode.UNAVAILABLE, f"stream failed: {failure}")
         finally:
             for t in tasks:
                 t.cancel()
@@ -234,6 +246,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             try:
                 async with asyncio.timeout(housekeeping_s):
                     report = await _read_report(context)
+            except RemoteProtocolError as exc:
+                log.warning("closing stream of slave %s: %s", stream.session.slave, exc)
+                stream.close_with(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return
             except TimeoutError:
                 stream.close_with(grpc.StatusCode.UNAVAILABLE,
                                   f"no report from the slave for {housekeeping_s:g} s "
@@ -288,7 +304,12 @@ class HAMaster(ha_pb2_grpc.HAServicer):
 
 
 async def _read_report(context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
-    msg = await context.read()
+    """The next report, None at the end of the stream; RemoteProtocolError
+    for bytes that are not a Report."""
+    try:
+        msg = await context.read()
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"malformed report (not a dlab.ha.Report): {exc}") from None
     if msg is grpc.aio.EOF:
         return None
     assert isinstance(msg, ha_pb2.Report)
