@@ -3,10 +3,10 @@ less than its slave holds: the slave is ahead. Each slave_ahead_policy then
 does what DESIGN.md says (real processes, real SIGKILL).
 
 Setup for each policy: SYNC_MASTER + ASYNC_FLUSH, a master that never
-flushes on its own (slaves flush every 50 ms). Batch A is sent and made durable on the master by a clean restart;
-batch B is acknowledged PUT_OK (the slave holds it) but lives only in the
-master's memory; SIGKILL the master, start it again: it recovers to the end
-of A, the slave still holds A+B."""
+flushes on its own (slaves flush every 50 ms). Batch A is sent and made
+durable on the master by a clean restart; batch B is acknowledged PUT_OK (the
+slave holds it, on disk) but lives only in the master's memory; SIGKILL the
+master, start it again: it recovers to the end of A, the slave holds A+B."""
 
 from __future__ import annotations
 
