@@ -81,4 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m cluster.cli` (how backends start nodes) runs this file as
+    # __main__: call the imported module's main so the UserError that command
+    # modules raise (cluster.cli.UserError) is the class main catches.
+    from cluster.cli import main as _main
+
+    sys.exit(_main())
