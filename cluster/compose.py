@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
 log = logging.getLogger("dlab.compose")
+# Node images brought up to date by this process (see _ensure_image).
+_IMAGES_CHECKED: set[str] = set()
 
 STATE_FILE = "cluster.json"
 COMPOSE_FILE = "compose.yml"
@@ -254,8 +256,13 @@ class ComposeBackend:
             return None
 
     def _ensure_image(self) -> None:
+        """Bring the node image up to date with this checkout, once per
+        process: every run of a matrix then runs the same node code, even
+        if the sources change while it runs, and pays for the check once."""
         from cluster.image import ImageBuildError, build_node_image
 
+        if self.image in _IMAGES_CHECKED and self._image_present():
+            return
         if self.build_image:
             try:
                 built = build_node_image(tag=self.image, log=lambda line: log.info("%s", line))
@@ -270,6 +277,7 @@ class ComposeBackend:
                          built.steps_cached, built.steps)
         elif not self._image_present():
             raise BackendError(f"no node image {self.image}; build it with `dlab image build`")
+        _IMAGES_CHECKED.add(self.image)
 
     def _image_present(self) -> bool:
         from docker.errors import ImageNotFound

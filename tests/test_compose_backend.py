@@ -9,9 +9,12 @@ cluster down, and a finalizer removes anything a failed test left.
 
 from __future__ import annotations
 
+import csv
 import functools
+import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -264,3 +267,58 @@ def test_failpoints_set_later_recreate_the_container_and_keep_a_partition(
     assert "slave_after_append_before_report=delay:1@1000000" in container.attrs["Args"]
     networks = container.attrs["NetworkSettings"]["Networks"]
     assert not any(name.endswith("-repl") for name in networks), networks
+
+
+# --- chaos on compose ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One cell of the matrix on compose: master-crash, ASYNC_MASTER +
+    ASYNC_FLUSH. The harness builds the default node image itself, as
+    `dlab chaos run --backend compose` does."""
+    from chaos import scenarios
+    from chaos.run_commands import make_run
+    from chaos.runner import RunConfig
+    from chaos.workload import WorkloadConfig
+
+    out = tmp_path_factory.mktemp("compose-run")
+    cfg = RunConfig(scenario=scenarios.get("master-crash"), role="ASYNC_MASTER",
+                    flush="ASYNC_FLUSH", seed=3, out_dir=str(out), backend="compose",
+                    workload=WorkloadConfig(producers=2, body_min_bytes=256,
+                                            body_max_bytes=1024))
+    run = make_run(cfg)
+    run_dir = run.execute()
+    _assert_nothing_left(project_name(run.cluster_dir))
+    return run_dir
+
+
+@needs_engine
+@pytest.mark.slow
+def test_a_matrix_cell_on_compose_writes_a_valid_result_directory(compose_run: str) -> None:
+    from chaos.schema import read_jsonl, validate_run_dir
+
+    assert validate_run_dir(compose_run) == ["master", "slave1"]
+    with open(os.path.join(compose_run, "params.json")) as f:
+        params = json.load(f)
+    assert params["backend"] == "compose"
+    faults = [f["kind"] for f in read_jsonl(os.path.join(compose_run, "faults.jsonl"))]
+    assert faults[:2] == ["kill", "start"]
+    history = read_jsonl(os.path.join(compose_run, "history.jsonl"))
+    assert sum(h["status"] == "PUT_OK" for h in history) > 50
+    # The stores were read back from the bind-mounted data dirs.
+    master_records = read_jsonl(os.path.join(compose_run, "nodes", "master", "records.jsonl"))
+    assert master_records
+
+
+@needs_engine
+@pytest.mark.slow
+def test_the_report_reads_a_compose_run(compose_run: str, tmp_path: Path) -> None:
+    pipeline = pytest.importorskip("chaos.pipeline", reason="the Spark pipeline is not here")
+    if shutil.which("java") is None:
+        pytest.skip("the Spark report needs Java")
+    pipeline.build_report([compose_run], str(tmp_path / "report"))
+    with open(tmp_path / "report" / "verdicts.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["backend"], r["scenario"], r["role"], r["flush"]) for r in rows] == [
+        ("compose", "master-crash", "ASYNC_MASTER", "ASYNC_FLUSH")]
