@@ -137,9 +137,8 @@ class Node:
         reflection.enable_server_reflection(services, self.server)
         try:
             self.port = self.server.add_insecure_port(cfg.listen)
-        except RuntimeError as exc:
-            raise NodeStartError(f"cannot listen on {cfg.listen}: {exc}; is another process "
-                                 "using that port?") from None
+        except RuntimeError:
+            self.port = 0
         if not self.port:
             raise NodeStartError(f"cannot listen on {cfg.listen}: the port is in use or the "
                                  "address is not local; choose another --listen")

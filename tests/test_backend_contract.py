@@ -1,0 +1,187 @@
+"""The backend contract (cluster/backend.py ClusterBackend), one suite for
+every backend: what the CLI and the chaos harness may rely on, checked by
+observable outcomes (process states, RPCs answering or not, replication
+moving or not, files on disk).
+
+Backends are parametrized: `local` runs here; a compose backend joins by
+adding its name to BACKENDS and a factory to make_backend (skipped where
+Docker is absent)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from ha_helpers import spec, wait_until
+
+from cluster.auth import generate_token
+from cluster.backend import BackendError, ClusterBackend, NodeState, Role
+from cluster.client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
+
+BACKENDS = ["local"]
+
+
+def make_backend(name: str, directory: str) -> ClusterBackend:
+    if name == "local":
+        from cluster.local import LocalBackend
+
+        return LocalBackend(directory)
+    raise AssertionError(f"no factory for backend {name}")
+
+
+class Cluster:
+    def __init__(self, backend: ClusterBackend, token: str, directory: str) -> None:
+        self.b = backend
+        self.token = token
+        self.directory = directory
+
+    def client(self, name: str, timeout_s: float = 5.0) -> NodeClient:
+        return NodeClient(self.b.node(name).address, token=self.token, timeout_s=timeout_s,
+                          channel_options=FAST_RECONNECT)
+
+    def status(self, name: str) -> dict[str, object]:
+        with self.client(name) as c:
+            return c.status_dict()
+
+    def send(self, n: int = 1, timeout_s: float = 5.0) -> list[str]:
+        with self.client("master", timeout_s) as c:
+            return [c.send(make_message("t", os.urandom(200))).status for _ in range(n)]
+
+    def slave_state(self) -> str:
+        links = self.status("master")["slaves"]
+        assert isinstance(links, list)
+        return str(links[0]["state"]) if links else "unknown"
+
+    def wrote(self, name: str) -> int:
+        w = self.status(name)["wrote"]
+        assert isinstance(w, int)
+        return w
+
+
+@pytest.fixture(params=BACKENDS)
+def cluster(request: pytest.FixtureRequest, tmp_path: str) -> Iterator[Cluster]:
+    directory = os.path.join(tmp_path, "c")
+    backend = make_backend(request.param, directory)
+    token = generate_token()
+    infos = backend.up(spec(directory, role=Role.SYNC_MASTER), token=token, timeout_s=90)
+    assert [i.name for i in infos] == ["master", "slave1"]
+    try:
+        yield Cluster(backend, token, directory)
+    finally:
+        with contextlib.suppress(BackendError):  # a test may have brought it down
+            backend.down()
+
+
+def test_up_returns_running_reachable_nodes_with_their_dirs(cluster: Cluster) -> None:
+    infos = {i.name: i for i in cluster.b.nodes()}
+    assert infos["master"].role == Role.SYNC_MASTER and infos["slave1"].role == Role.SLAVE
+    for name, info in infos.items():
+        assert info.state == NodeState.RUNNING
+        assert cluster.b.node(name) == info
+        assert os.path.isdir(os.path.join(info.data_dir, "commitlog"))
+        assert os.path.getsize(info.log_path) > 0
+        assert cluster.status(name)["name"] == name
+    wait_until(lambda: cluster.slave_state() == "connected", 20, "replication")
+    with pytest.raises(BackendError, match="no node 'nope'"):
+        cluster.b.node("nope")
+
+
+def test_kill_is_a_crash_and_start_recovers(cluster: Cluster) -> None:
+    assert set(cluster.send(5)) == {"PUT_OK"}
+    cluster.b.kill("slave1")
+    info = cluster.b.node("slave1")
+    assert info.state == NodeState.STOPPED
+    assert os.path.exists(os.path.join(info.data_dir, "abort"))  # not a clean shutdown
+    with pytest.raises(NodeCallError):
+        cluster.status("slave1")
+    # With its slave dead the SYNC_MASTER cannot be sure of a replica.
+    wait_until(lambda: cluster.send(1)[0] == "SLAVE_NOT_AVAILABLE", 20, "the master to notice")
+    with pytest.raises(BackendError, match="not running"):
+        cluster.b.kill("slave1")
+    info = cluster.b.start("slave1")
+    assert info.state == NodeState.RUNNING
+    assert cluster.status("slave1")["recovery"]["abnormal"] is True  # type: ignore[index]
+    wait_until(lambda: cluster.wrote("slave1") == cluster.wrote("master"), 20, "catch-up")
+    with pytest.raises(BackendError, match="already running"):
+        cluster.b.start("slave1")
+
+
+def test_stop_is_clean_and_restart_brings_a_new_process(cluster: Cluster) -> None:
+    cluster.send(3)
+    wrote = cluster.wrote("master")
+    cluster.b.stop("master")
+    info = cluster.b.node("master")
+    assert info.state == NodeState.STOPPED
+    assert not os.path.exists(os.path.join(info.data_dir, "abort"))
+    started = cluster.b.start("master")
+    assert cluster.status("master")["recovery"]["abnormal"] is False  # type: ignore[index]
+    assert cluster.wrote("master") == wrote  # a clean stop keeps everything
+    restarted = cluster.b.restart("master")
+    assert restarted.state == NodeState.RUNNING and restarted.pid != started.pid
+    wait_until(lambda: cluster.slave_state() == "connected", 20, "the slave to re-join")
+    assert cluster.send(1) == ["PUT_OK"]
+
+
+def test_pause_freezes_a_node_and_resume_thaws_it(cluster: Cluster) -> None:
+    cluster.b.pause("master")
+    assert cluster.b.node("master").state == NodeState.PAUSED
+    t0 = time.monotonic()
+    assert cluster.send(1, timeout_s=0.5) == ["INDETERMINATE"]
+    assert time.monotonic() - t0 < 3
+    cluster.b.resume("master")
+    assert cluster.b.node("master").state == NodeState.RUNNING
+    assert cluster.send(1)[0] in ("PUT_OK", "SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT")
+    wait_until(lambda: cluster.send(1)[0] == "PUT_OK", 20, "PUT_OK after resume")
+
+
+def test_partition_stops_replication_and_heal_restores_it(cluster: Cluster) -> None:
+    wait_until(lambda: cluster.slave_state() == "connected", 20, "replication")
+    cluster.b.partition("master", "slave1")
+    assert cluster.b.node("slave1").extra.get("partitioned") is True
+    # The link is silent: puts wait for an ack that cannot come, then the
+    # master's housekeeping drops the slave.
+    assert cluster.send(1) == ["FLUSH_SLAVE_TIMEOUT"]
+    wait_until(lambda: cluster.slave_state() == "disconnected", 20, "housekeeping")
+    master_wrote = cluster.wrote("master")
+    assert cluster.wrote("slave1") < master_wrote
+    cluster.b.heal("slave1", "master")
+    assert cluster.b.node("slave1").extra.get("partitioned") is False
+    wait_until(lambda: cluster.wrote("slave1") == master_wrote, 20, "catch-up after heal")
+    wait_until(lambda: cluster.send(1)[0] == "PUT_OK", 20, "PUT_OK after heal")
+    with pytest.raises(BackendError, match="no replication link"):
+        cluster.b.partition("slave1", "slave1")
+
+
+def test_failpoints_apply_from_the_next_start(cluster: Cluster) -> None:
+    with pytest.raises(BackendError, match="unknown failpoint"):
+        cluster.b.set_failpoints("master", "nope=crash")
+    cluster.b.set_failpoints("master", "after_append_before_flush=crash@2")
+    assert cluster.send(2) == ["PUT_OK", "PUT_OK"]  # not armed yet
+    cluster.b.restart("master")
+    wait_until(lambda: cluster.slave_state() == "connected", 20, "re-join")
+    first, second = cluster.send(2)
+    assert first == "PUT_OK" and second == "INDETERMINATE"
+    wait_until(lambda: cluster.b.node("master").state == NodeState.STOPPED, 10, "the crash")
+
+
+def test_down_ends_processes_and_keeps_data(cluster: Cluster) -> None:
+    cluster.send(2)
+    infos = cluster.b.nodes()
+    cluster.b.down()
+    for info in infos:
+        assert os.path.isdir(os.path.join(info.data_dir, "commitlog"))
+        assert info.pid is not None and not _alive(info.pid)
+    with pytest.raises(BackendError, match="no cluster"):
+        cluster.b.nodes()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
