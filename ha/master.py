@@ -152,11 +152,16 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         peer = context.peer()
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
+        housekeeping_s = self.config.housekeeping_interval_ms / 1000
         try:
-            first = await _read_report(context)
+            async with asyncio.timeout(housekeeping_s):
+                first = await _read_report(context)
         except RemoteProtocolError as exc:
             log.warning("closing a replication stream from %s: %s", peer, exc)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                f"no report within {housekeeping_s:g} s of opening the stream")
         if first is None:
             return
         name = first.slave or peer

@@ -145,7 +145,14 @@ class HASlave:
         housekeeping_s = self.config.housekeeping_interval_ms / 1000
         got_data = False
         try:
-            await self._report(call, session)
+            try:
+                # Bounded like every read: behind a silent network (a
+                # partition) even connecting never completes.
+                async with asyncio.timeout(housekeeping_s):
+                    await self._report(call, session)
+            except TimeoutError:
+                raise StreamEnded(f"could not reach the master within {housekeeping_s:g} s "
+                                  "(housekeeping interval)") from None
             while True:
                 try:
                     async with asyncio.timeout(housekeeping_s):

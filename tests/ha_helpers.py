@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from cluster.auth import generate_token
-from cluster.backend import ClusterSpec, NodeSpec, Role, SlaveAheadPolicy
+from cluster.backend import ClusterSpec, NodeSpec, Role, ShipLimit, SlaveAheadPolicy
 from cluster.client import FAST_RECONNECT, NodeClient, make_message
 from cluster.local import LocalBackend
 
@@ -37,10 +37,12 @@ NO_FLUSH = ("--flush-interval-ms", "600000", "--flush-thorough-interval-ms", "60
 
 def spec(directory: str, *, role: Role = Role.SYNC_MASTER, flush: str = "ASYNC_FLUSH",
          slaves: int = 1, crash_model: str = "power",
-         policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT, extra: tuple[str, ...] = (),
+         policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT,
+         ship_limit: ShipLimit = ShipLimit.WROTE, extra: tuple[str, ...] = (),
          master_extra: tuple[str, ...] = (), slave_extra: tuple[str, ...] = ()) -> ClusterSpec:
     common: dict[str, Any] = dict(flush=flush, crash_model=crash_model,
-                                  segment_size_bytes=SEGMENT, slave_ahead_policy=policy)
+                                  segment_size_bytes=SEGMENT, slave_ahead_policy=policy,
+                                  ha_ship_limit=ship_limit)
     return ClusterSpec(
         directory=directory,
         master=NodeSpec(name="master", role=role, extra_args=FAST + extra + master_extra,

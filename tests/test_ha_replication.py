@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 
 from ha_helpers import (
+    NO_FLUSH,
     client,
     commitlog_bytes,
     log_text,
@@ -21,7 +23,7 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.backend import Role
+from cluster.backend import Role, ShipLimit
 from cluster.client import make_message
 
 
@@ -97,3 +99,25 @@ def test_master_restarted_mid_stream_is_rejoined(tmp_path: str) -> None:
         b.stop("slave1")
         b.stop("master")
         _assert_identical(b, b.node("master").data_dir, b.node("slave1").data_dir)
+
+
+def test_ship_limit_flushed_ships_only_what_the_master_has_fsynced(tmp_path: str) -> None:
+    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER, ship_limit=ShipLimit.FLUSHED,
+                         master_extra=NO_FLUSH) as (b, tok):
+        wait_connected(b, tok)
+        assert status(b, tok, "master")["ha_ship_limit"] == "flushed"
+        assert {o.status for o in send_n(b, tok, 20)} == {"PUT_OK"}
+        m = status(b, tok, "master")
+        assert m["wrote"] > 0 and m["flushed"] == 0
+        time.sleep(1.0)  # heartbeats flow, bytes do not
+        assert status(b, tok, "slave1")["wrote"] == 0
+        assert slave_link(b, tok)["state"] == "connected"
+        b.restart("master")  # a clean stop flushes; now it may ship
+        wrote = wait_caught_up(b, tok)
+        assert wrote == m["wrote"]
+        # While more arrives, a slave never holds what the master has not fsynced.
+        with client(b, tok) as c:
+            for i in range(30):
+                c.send(make_message("t", os.urandom(3000), msg_id=f"f{i}"))
+                slave_wrote = status(b, tok, "slave1")["wrote"]
+                assert slave_wrote <= status(b, tok, "master")["flushed"]
