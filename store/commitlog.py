@@ -334,6 +334,7 @@ class CommitLog:
                         seg.pwrite(starts[i] - seg.start, chunk)
                     touched[seg.start] = seg
                     i = j
+                self.failpoints.hit("before_flush_sync")
                 for seg in touched.values():
                     seg.sync()
                 self.fsyncs += 1

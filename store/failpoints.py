@@ -22,6 +22,7 @@ KNOWN = {
     "slave_after_append_before_report": "slave: shipped bytes appended, before the report",
     "segment_roll": "any: a new segment created, before a record goes into it",
     "recovery_truncate": "any: recovery zeroed the header at the cut, before clearing the tail",
+    "before_flush_sync": "any: a flush wrote its bytes, before the fsync (delay: a slow disk)",
 }
 
 

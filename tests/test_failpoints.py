@@ -63,6 +63,7 @@ def test_each_failpoint_is_visited_only_where_it_belongs(backend: LocalBackend,
     assert master["segment_roll"] == segments("master") >= 3
     assert master["slave_after_append_before_report"] == 0
     assert master["recovery_truncate"] == 0
+    assert master["before_flush_sync"] >= 1 and slave["before_flush_sync"] >= 1
     assert slave["slave_after_append_before_report"] >= 1
     assert slave["segment_roll"] == segments("slave1")
     assert slave["after_append_before_flush"] == 0  # a slave never appends a put
