@@ -227,16 +227,17 @@ class Node:
         end = max(r.end for r in ok)
         ha = self.ha_master if self.role == Role.SYNC_MASTER else None
         replica_ok: dict[int, bool] = {}
-        waits: list[asyncio.Future[PutStatus]] = [asyncio.ensure_future(store.wait_flushed(end))]
+        replica: asyncio.Future[PutStatus] | None = None
         if ha is not None:
             for r in ok:
                 replica_ok[r.offset] = ha.slave_ok(r.end)
             ends = [r.end for r in ok if replica_ok[r.offset]]
             if ends:
-                waits.append(ha.wait_replicated(max(ends)))
-        statuses = await asyncio.gather(*waits)
-        flush_status = statuses[0]
-        replica_status = statuses[1] if len(statuses) > 1 else PutStatus.PUT_OK
+                # Resolved by the HA reader's callbacks: it progresses while
+                # this coroutine waits for the flush (the two run in parallel).
+                replica = ha.wait_replicated(max(ends))
+        flush_status = await store.wait_flushed(end)
+        replica_status = PutStatus.PUT_OK if replica is None else await replica
         flushed = store.log.flushed
         best = ha.best_acked() if ha is not None else None
         out: list[PutResult] = []

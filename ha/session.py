@@ -141,15 +141,25 @@ class MasterSession:
 
     def next_ship(self, limit: int) -> Ship | None:
         """What to ship next with the master's shipping limit (`wrote` or
-        `flushed`) at `limit`; None while nothing is due or the window is full."""
+        `flushed`) at `limit`; None while nothing is due or the window is full.
+
+        Full batches are pipelined up to the window (catch-up). Less than a
+        batch is shipped at once only when nothing is in flight; otherwise it
+        waits for the slave's ack and then goes out in one range with
+        everything appended meanwhile (Nagle's rule: under load, one range
+        and one report carry many puts; an idle producer never waits)."""
         if not self.established:
             return None
         assert self.acked is not None and self.shipped is not None
-        if self.shipped >= limit:
+        available = limit - self.shipped
+        if available <= 0:
             return None
-        if self.shipped - self.acked >= self.config.window_bytes:
+        in_flight = self.shipped - self.acked
+        if in_flight >= self.config.window_bytes:
             return None
-        return Ship(self.shipped, min(self.config.batch_bytes, limit - self.shipped))
+        if in_flight > 0 and available < self.config.batch_bytes:
+            return None
+        return Ship(self.shipped, min(self.config.batch_bytes, available))
 
     def on_shipped(self, offset: int, next_offset: int, *, now: float) -> None:
         assert self.shipped == offset and next_offset > offset, (self.shipped, offset,
