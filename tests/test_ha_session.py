@@ -54,6 +54,17 @@ def test_window_bounds_unacked_bytes_then_acks_reopen_it() -> None:
     assert s.next_ship(limit=10**6) == Ship(3 * 4096, 4096)
 
 
+def test_small_ranges_wait_for_the_ack_and_then_go_out_together() -> None:
+    s = established(0)
+    assert s.next_ship(limit=100) == Ship(0, 100)  # nothing in flight: at once
+    s.on_shipped(0, 100, now=0.0)
+    assert s.next_ship(limit=300) is None  # 200 new bytes wait for the ack...
+    assert s.next_ship(limit=100 + 4096) == Ship(100, 4096)  # ...a full batch does not
+    s.on_shipped(100, 100 + 4096, now=0.0)
+    s.on_report(100 + 4096, master_wrote=10**6, master_min=0, now=0.0)
+    assert s.next_ship(limit=100 + 4096 + 700) == Ship(100 + 4096, 700)  # all of it, once
+
+
 def test_reports_going_backwards_or_past_what_was_shipped_close_the_stream() -> None:
     s = established(0)
     s.on_shipped(0, 500, now=0.0)
