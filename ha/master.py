@@ -139,8 +139,9 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         return sorted(self.links.values(), key=lambda x: x.slave)
 
     async def close(self) -> None:
-        """Shutdown: close every stream; pending replica waits time out as usual
-        unless the loop is closing, then they are resolved as timeouts."""
+        """Shutdown: close every stream; puts still waiting for a replica are
+        answered FLUSH_SLAVE_TIMEOUT at once (stored here, not known to be
+        replicated)."""
         self._closing = True
         for s in list(self._streams.values()):
             s.close_with(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
@@ -149,24 +150,33 @@ class HAMaster(ha_pb2_grpc.HAServicer):
 
     # -------------------------------------------------------- servicer
     async def Replicate(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        peer = context.peer()
+        first = await self._first_report(context)
+        if first is None:
+            return
+        stream = self._open_stream(first, context.peer())
+        await self._run_stream(context, stream)
+        if stream.close is not None and stream.close[0] != grpc.StatusCode.OK:
+            await context.abort(*stream.close)
+
+    async def _first_report(self, context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
+        """The report that opens a stream (aborts the call if there is none)."""
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
         housekeeping_s = self.config.housekeeping_interval_ms / 1000
         try:
             async with asyncio.timeout(housekeeping_s):
-                first = await _read_report(context)
+                return await _read_report(context)
         except RemoteProtocolError as exc:
-            log.warning("closing a replication stream from %s: %s", peer, exc)
+            log.warning("closing a replication stream from %s: %s", context.peer(), exc)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                                 f"no report within {housekeeping_s:g} s of opening the stream")
-        if first is None:
-            return
+        raise AssertionError("unreachable: abort raises")
+
+    def _open_stream(self, first: ha_pb2.Report, peer: str) -> _Stream:
         name = first.slave or peer
-        now = self.clock.monotonic()
-        session = MasterSession(name, self.config, now=now)
+        session = MasterSession(name, self.config, now=self.clock.monotonic())
         link = self.links.get(name) or SlaveLinkState(slave=name)
         self.links[name] = link
         link.peer, link.sessions = peer, link.sessions + 1
@@ -178,6 +188,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         log.info("slave %s connected from %s, reports max offset %d (master wrote %d)",
                  name, peer, first.max_offset, self.log.wrote)
         self._on_report(stream, first.max_offset)
+        return stream
+
+    async def _run_stream(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+        """Reader and shipper until either ends the stream."""
         tasks = [asyncio.create_task(self._read_loop(context, stream)),
                  asyncio.create_task(self._ship_loop(context, stream))]
         try:
@@ -194,10 +208,6 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             self._end_stream(stream)
-        if stream.close is not None:
-            code, reason = stream.close
-            if code != grpc.StatusCode.OK:
-                await context.abort(code, reason)
 
     def _end_stream(self, stream: _Stream) -> None:
         name = stream.session.slave
