@@ -121,3 +121,25 @@ def test_ship_limit_flushed_ships_only_what_the_master_has_fsynced(tmp_path: str
                 c.send(make_message("t", os.urandom(3000), msg_id=f"f{i}"))
                 slave_wrote = status(b, tok, "slave1")["wrote"]
                 assert slave_wrote <= status(b, tok, "master")["flushed"]
+
+
+def test_master_drops_a_paused_slave_even_with_its_sends_blocked(tmp_path: str) -> None:
+    """A slave paused in the middle of catch-up stops reading: the master's
+    writes back up on HTTP/2 flow control. Housekeeping still closes the
+    stream, and the resumed slave reconnects and catches up."""
+    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER) as (b, tok):
+        wait_connected(b, tok)
+        b.pause("slave1")
+        try:
+            body = os.urandom(60_000)
+            with client(b, tok) as c:
+                for i in range(20):  # 20 x 20 x 60 KB = 24 MB: beyond every window
+                    outs = c.send_batch([make_message("t", body, msg_id=f"p{i}-{k}")
+                                         for k in range(20)])
+                    assert {o.status for o in outs} == {"PUT_OK"}
+            wait_until(lambda: slave_link(b, tok).get("state") == "disconnected", 10,
+                       "housekeeping to drop the paused slave")
+            assert "no report from the slave" in slave_link(b, tok)["detail"]
+        finally:
+            b.resume("slave1")
+        wait_caught_up(b, tok, timeout_s=60)
