@@ -178,8 +178,8 @@ def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str) -> f
         os.unlink(out)
 
 
-def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str
-                   ) -> dict[str, Any]:
+def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str,
+                   flush: str = "SYNC_FLUSH") -> dict[str, Any]:
     from cluster.auth import generate_token
 
     cluster_dir = os.path.join(work, "cluster")
@@ -196,7 +196,7 @@ def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str
     disk_s = min(_baseline_write_fsync(commitlog, total, batch_bytes,
                                        os.path.join(work, "raw")) for _ in range(2))
     extra = ("--ha-batch-bytes", str(batch_bytes))
-    common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
+    common: dict[str, Any] = dict(flush=flush, segment_size_bytes=SEGMENT_BYTES,
                                   crash_model="power", extra_args=extra)
     token = generate_token()
     backend = LocalBackend()
@@ -254,7 +254,7 @@ def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str
     disk_bps = total / disk_s
     slower = min(grpc_bps, disk_bps)
     return {
-        "bench": "catch-up", "backlog_bytes": total, "body_size": body_size,
+        "bench": "catch-up", "backlog_bytes": total, "body_size": body_size, "flush": flush,
         "batch_bytes": batch_bytes, "timed_bytes": caught,
         "catch_up_mib_s": round(catch_bps / MIB, 1),
         "grpc_stream_mib_s": round(grpc_bps / MIB, 1),
@@ -434,9 +434,12 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="message body bytes (default 4096)")
     p.add_argument("--batch-bytes", type=parse_size, default=1 << 20,
                    help="HA batch size, also the baselines' chunk size (default 1MiB)")
+    p.add_argument("--flush", default="SYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+                   help="the nodes' flush mode (default SYNC_FLUSH: the slave flushes as "
+                        "it receives)")
     p.set_defaults(handler=lambda a: _run(
-        lambda w: bench_catch_up(a.size_mib, a.body_size, a.batch_bytes, w), "slave catch-up",
-        a))
+        lambda w: bench_catch_up(a.size_mib, a.body_size, a.batch_bytes, w, a.flush),
+        "slave catch-up", a))
 
     p = bench_sub.add_parser(
         "sync-master", parents=[common],
