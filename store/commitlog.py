@@ -346,7 +346,10 @@ class CommitLog:
                 self._head = n
                 self.in_file = max(self.in_file, target)
                 self.flushed = target
-                if self._head > 4096 and self._head * 2 > len(self._p_start):
+                # Drop flushed chunks once they are most of the list (amortised
+                # O(1) per chunk): they are never read again, and keeping them
+                # held every flushed byte in memory (a slave's 1 MiB ranges).
+                if self._head * 2 > len(self._p_start):
                     del self._p_start[: self._head]
                     del self._p_end[: self._head]
                     del self._p_data[: self._head]
