@@ -181,6 +181,8 @@ class LocalBackend:
             os.unlink(state_file)
         cmd = [self.python, "-m", "cluster.proxy", "--listen", f"{HOST}:{p['port']}",
                "--target", p["target"], "--state-file", state_file]
+        if p["cut"]:
+            cmd.append("--cut")
         proc = spawn(cmd, log_path=self._path("proxies", f"{name}.log"), env=node_env())
         p["pid"], p["start_time"] = proc.pid, proc.start_time
         deadline = time.monotonic() + 15
@@ -194,6 +196,9 @@ class LocalBackend:
 
     def _spawn_node(self, state: dict[str, Any], name: str) -> None:
         n = state["nodes"][name]
+        proxy = state["proxies"].get(name)
+        if proxy is not None and proxy["pid"] is not None and proc_state(_pid(proxy)) == "gone":
+            self._start_proxy(state, name)  # someone ended it: the link comes back as it was
         ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
         args = ns.node_args(data_dir=self._path("nodes", name, "data"),
                             listen=n["address"], master=n["master_via"],

@@ -17,7 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ha_helpers import FAST, log_text, wait_until
 
 from cluster.auth import write_token_file
-from cluster.backend import NodeState
+from cluster.backend import BackendError, NodeState
+from cluster.client import NodeClient
 from cluster.local import LocalBackend
 from cluster.procs import free_ports
 
@@ -129,6 +130,22 @@ def test_up_with_bad_arguments_is_refused(tmp_path: str) -> None:
     fails("cluster", "up", "--dir", d, "--node-args=--no-such-option",
           message="exited during start")
     fails("cluster", "status", "--dir", d, message="no cluster in")
+
+
+def test_a_lost_link_proxy_comes_back_with_its_slave(cdir: str) -> None:
+    backend = LocalBackend(cdir)
+    old = backend.node("slave1").extra["proxy_pid"]
+    os.kill(old, signal.SIGKILL)  # the proxy this cluster started for slave1
+    wait_until(lambda: not _alive(old), 10, "the proxy to die")
+    with pytest.raises(BackendError, match="link proxy of slave1 is not running"):
+        backend.partition("master", "slave1")
+    backend.restart("slave1")
+    assert backend.node("slave1").extra["proxy_pid"] != old
+    with NodeClient(backend.node("master").address, token=backend.token()) as c:
+        wait_until(lambda: any(x.state == "connected" for x in c.status().slaves), 20,
+                   "the slave to reconnect through the new proxy")
+    out = ok("send", "--dir", cdir, "--count", "3")
+    assert "PUT_OK" in out  # SYNC_MASTER: the slave is replicating again
 
 
 def test_down_ends_every_process_and_keeps_data_and_logs(cdir: str) -> None:
