@@ -20,7 +20,7 @@ def test_no_slave_means_slave_not_available_at_once_and_the_message_is_stored(
                          slaves=0) as (b, tok):
         outs = send_n(b, tok, 5)
         assert [o.status for o in outs] == ["SLAVE_NOT_AVAILABLE"] * 5
-        assert max(o.latency_s for o in outs) < 0.5  # not after slave_timeout (1 s)
+        assert max(o.latency_s for o in outs) < 0.9  # not after slave_timeout (1 s)
         assert "no slave is connected" in outs[0].detail
         with client(b, tok) as c:
             (rec,) = c.read(outs[2].offset, max_bytes=1).records
