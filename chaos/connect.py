@@ -6,22 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.workload import SendOutcome
-from cluster.backend import BackendError, ClusterBackend
+from cluster.backend import ClusterBackend, open_backend
 from cluster.client import AsyncNodeClient, NodeClient, make_message
 
 
 def backend_factory(name: str, directory: str) -> ClusterBackend:
-    if name == "local":
-        from cluster.local import LocalBackend
-
-        return LocalBackend(directory)
-    if name == "compose":
-        try:
-            from cluster.compose import ComposeBackend
-        except ImportError as exc:
-            raise BackendError(f"the compose backend is not available here: {exc}") from None
-        return ComposeBackend(directory)
-    raise BackendError(f"unknown backend {name!r}; use local or compose")
+    return open_backend(name, directory)
 
 
 class _Sender:

@@ -256,6 +256,10 @@ def _register_cluster(sub: Any) -> None:
 
     up = csub.add_parser("up", help="start a master and slaves in DIR")
     up.add_argument("--dir", required=True)
+    up.add_argument("--backend", choices=["local", "compose"], default="local",
+                    help="local processes (default) or docker-compose containers (builds "
+                    "the node image offline on first use); later commands on DIR use the "
+                    "backend that started it")
     up.add_argument("--role", default="SYNC_MASTER", choices=["SYNC_MASTER", "ASYNC_MASTER"])
     up.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
     up.add_argument("--slave-flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
@@ -304,10 +308,14 @@ def _register_cluster(sub: Any) -> None:
                                                                          args.b))
 
 
-def _backend(directory: str) -> Any:
-    from cluster.local import LocalBackend
+def _backend(directory: str, name: str | None = None) -> Any:
+    """The named backend, or the one that made the cluster in `directory`."""
+    from cluster.backend import backend_of, open_backend
 
-    return LocalBackend(directory)
+    try:
+        return open_backend(name, directory) if name else backend_of(directory)
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _backend_call(args: argparse.Namespace, action: str, *names: str) -> int:
@@ -347,7 +355,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                    for i in range(args.slaves))
     spec = ClusterSpec(directory=os.path.abspath(args.dir), master=master, slaves=slaves)
     try:
-        infos = _backend(args.dir).up(spec, token=token, timeout_s=args.timeout or 60.0)
+        infos = _backend(args.dir, args.backend).up(spec, token=token,
+                                                    timeout_s=args.timeout or 60.0)
     except BackendError as exc:
         raise UserError(str(exc)) from None
     _print_nodes(infos)

@@ -113,7 +113,9 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
             "container_name": f"{project}-{name}",
             "command": node_command(ns, failpoints=n["failpoints"]),
             "user": user,
-            "init": False,  # the node is PID 1: SIGKILL and SIGTERM reach it directly
+            # docker-init is PID 1 and forwards SIGTERM: the node must not be PID 1,
+            # which the kernel shields from its own SIGKILL (a crash failpoint).
+            "init": True,
             "restart": "no",
             "stop_grace_period": f"{STOP_TIMEOUT_S}s",
             "environment": {"PYTHONUNBUFFERED": "1", **MALLOC_ENV},

@@ -15,21 +15,18 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from compose_support import needs_engine
 from ha_helpers import spec, wait_until
 
 from cluster.auth import generate_token
-from cluster.backend import BackendError, ClusterBackend, NodeState, Role
+from cluster.backend import BackendError, ClusterBackend, NodeState, Role, open_backend
 from cluster.client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
 
-BACKENDS = ["local"]
+BACKENDS = ["local", pytest.param("compose", marks=needs_engine)]
 
 
 def make_backend(name: str, directory: str) -> ClusterBackend:
-    if name == "local":
-        from cluster.local import LocalBackend
-
-        return LocalBackend(directory)
-    raise AssertionError(f"no factory for backend {name}")
+    return open_backend(name, directory)
 
 
 class Cluster:
