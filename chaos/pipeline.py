@@ -1,0 +1,533 @@
+"""The durability checker and report as one Spark job over any number of run
+directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
+
+1. runs    chaos/runs.py reads the small files of every run in Python and
+           leaves out (as a Problem) any run that breaks the schema.
+2. query   ONE Spark query. Every history.jsonl and nodes/*/records.jsonl is
+           parsed once with the declared schema; each row is tagged with its
+           run (and node) by file and flagged if malformed; both tables are
+           shuffled by run once. Every figure below groups by run (and
+           more), so each is a branch that reads that same shuffle (Spark
+           reuses the exchange) and none shuffles the large tables again;
+           the branches' small results come back in one collect, each row
+           a JSON payload tagged with its branch:
+           - messages: per (run, msg_id), history and record rows together:
+             which nodes hold it (a bit per node), copies, its acks by
+             whether the scenario voided the master's disk / a slave's copy
+             when it was invoked. Per message the promises of its mode are
+             judged (_message_figures mirrors chaos.promises.judge), then
+             summed per run; order is checked over the messages of a
+             producer.
+           - divergence: per (run, offset), each node's record (size, CRC,
+             id hash), compared on the master's and each slave's common
+             range; also the malformed record rows per node.
+           - slave_ahead: the slave's records inside each measured gap.
+           - timeline: operations per run, second since its start and status
+             with latency percentiles; also the malformed history rows.
+           - latency: PUT_OK latency value counts per run (exact percentiles
+             for runs and comparison groups, chaos/tables.py).
+3. check   a run with a malformed row is left out; Python names the file,
+           line and field (chaos.runs.first_row_problem). Its figures were
+           computed from its good rows and are dropped.
+4. tables  chaos/tables.py builds verdicts, comparison and timeline
+           (CSV and Parquet); chaos/report.py writes report.md, report.html
+           and the plots.
+
+Definitions not in chaos/promises.py:
+- duplicates: message ids stored at more than one offset on some node;
+  duplicate_records: the extra copies, over all nodes.
+- order_inversions: acknowledged messages held by the master at a lower
+  offset than the same producer's previous acknowledged message (by op_id)
+  held there, when that one completed before this one was invoked. A
+  message acknowledged twice is placed by its first acknowledgement.
+- slave ahead: per slave_ahead observation, bytes = slave_offset -
+  master_offset when positive; messages = the slave's records (read back
+  after the run) at offsets in [master_offset, slave_offset) — a `truncate`
+  slave no longer holds them, so bytes are the measure there.
+- divergence: on the offsets both the master and a slave hold (from the
+  larger of their first offsets to the smaller of their ends), an offset
+  where one holds a record and the other a different one (msg_id, size,
+  body_crc) or none starting there — which covers offsets a restarted
+  master reused for different records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from chaos import promises, report, tables
+from chaos.progress import Progress, QuietProgress
+from chaos.runs import (
+    NEVER_MS,
+    STATUSES,
+    Problem,
+    RunInfo,
+    find_run_dirs,
+    first_row_problem,
+    load_runs,
+)
+from chaos.schema import HISTORY, INDETERMINATE, RECORDS
+from chaos.spark_session import spark_session
+
+CORRUPT = "_corrupt_record"
+PUT_OK = "PUT_OK"
+
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "str": T.StringType(), "int": T.LongType(), "bool": T.BooleanType(),
+    "float": T.DoubleType(),
+}
+_BYTES_PER_PARTITION = 64 * 1024 * 1024
+_LONG = T.LongType()
+
+
+class NoRunsError(ValueError):
+    """No run could be reported; `problems` says why for each."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        first = f": {self.problems[0]}" if self.problems else ""
+        super().__init__(f"no run could be reported ({len(self.problems)} with problems)"
+                         f"{first}")
+
+
+@dataclass
+class ReportSummary:
+    out_dir: str
+    runs: int
+    problems: list[Problem]
+    verdicts: pd.DataFrame
+    comparison: pd.DataFrame
+    timeline: pd.DataFrame
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return int(self.verdicts["promise_violations"].sum())
+
+
+def spark_schema(fields: dict[str, tuple[str, bool, str]]) -> T.StructType:
+    """The declared schema as Spark reads it: every field nullable (a missing
+    or null required field is caught by _bad_row, with the file named),
+    plus the column where Spark puts a line it cannot parse."""
+    return T.StructType(
+        [T.StructField(name, _SPARK_TYPES[typ], True) for name, (typ, _, _) in fields.items()]
+        + [T.StructField(CORRUPT, T.StringType(), True)]
+    )
+
+
+def _bad_row(kind: str) -> Column:
+    """True for a row that breaks the schema or the value checks; the Spark
+    twin of chaos.runs.check_large_row."""
+    fields = {"history": HISTORY, "records": RECORDS}[kind]
+    bad = F.col(CORRUPT).isNotNull()
+    for name, (_, nullable, _) in fields.items():
+        if not nullable:
+            bad = bad | F.col(name).isNull()
+    if kind == "history":
+        bad = bad | ~F.col("status").isin(sorted(STATUSES))
+    # These checks also make Spark parse offset and size in history rows,
+    # which the job does not use: Spark's JSON reader parses only the fields
+    # a query refers to, and flags only those as corrupt.
+    bad = bad | F.coalesce((F.col("offset") < 0) | (F.col("size") <= 0), F.lit(False))
+    return F.coalesce(bad, F.lit(True))
+
+
+def _read_large(spark: SparkSession, files: Sequence[tuple[str, int, int]], kind: str
+                ) -> DataFrame:
+    """Parse files of one kind; `files` is (path, run, node index). Each row
+    gets `run` and `node_index` by a broadcast join on the file it came from.
+
+    Spark's JSON reader skips blank lines (as chaos.schema.read_jsonl does)
+    and puts a line it cannot read as the schema into CORRUPT, with one
+    exception: a line holding an array of objects is read as those objects.
+    Parsing lines as text with from_json would catch that too, at twice the
+    cost of the whole scan; no writer of chaos.schema emits an array."""
+    fields = {"history": HISTORY, "records": RECORDS}[kind]
+    df = (spark.read.schema(spark_schema(fields)).option("mode", "PERMISSIVE")
+          .option("columnNameOfCorruptRecord", CORRUPT).json([f[0] for f in files]))
+    by_path = {os.path.abspath(path): (run, node) for path, run, node in files}
+    keys = []
+    for uri in df.inputFiles():  # the form input_file_name() gives
+        run, node = by_path[unquote(urlparse(uri).path)]
+        keys.append((uri, run, node))
+    assert len(keys) == len(files), "Spark lists other files than it was given"
+    # Not null: else Spark infers `run IS NOT NULL` filters for later joins
+    # and pushes them below the exchange, which then differs per branch.
+    keys_df = spark.createDataFrame(keys, "file string, run int not null, "
+                                          "node_index int not null")
+    return (df.withColumn("bad", _bad_row(kind)).withColumn("file", F.input_file_name())
+            .join(F.broadcast(keys_df), "file").drop("file"))
+
+
+def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
+    """Per run, what the Spark side needs to judge its messages (broadcast)."""
+    rows = []
+    for run in runs:
+        ps = promises.promises(run.params["role"], run.params["flush"])
+        master, slaves = run.nodes[0], run.nodes[1:]
+        void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
+        rows.append((
+            run.index, len(run.nodes), (1 << len(run.nodes)) - 2,
+            promises.Promise.DISK in ps, promises.Promise.REPLICA in ps,
+            void_until, any(t > NEVER_MS for t in void_until), run.params["started_ms"],
+        ))
+    return F.broadcast(spark.createDataFrame(rows, (
+        "run int, n_nodes int, slave_mask long, disk_promised boolean, "
+        "replica_promised boolean, void_until array<long>, any_void boolean, "
+        "started_ms long")))
+
+
+def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, DataFrame]:
+    """History and records, parsed and shuffled by run — once: every branch
+    of the query reads this one exchange.
+
+    For Spark to reuse the exchange, its plan must be the same in every
+    branch; but the optimizer narrows each branch's exchange to the columns
+    that branch uses, which makes them differ (and parses the JSON again
+    per branch). So the columns cross the exchange packed in one struct,
+    which is not narrowed while nested schema pruning is off (_run_query);
+    Likewise no branch may filter rows of the inputs on their own columns:
+    Spark would push that filter below the exchange. Branches skip
+    malformed rows with conditional expressions instead.
+    tests/test_pipeline.py checks that the plan holds only two exchanges."""
+    hist_files = [(r.history_path, r.index, 0) for r in runs]
+    rec_files = [(n.records_path, r.index, n.index) for r in runs for n in r.nodes]
+    size = sum(os.path.getsize(p) for p, _, _ in hist_files + rec_files)
+    parts = max(spark.sparkContext.defaultParallelism, min(400, size // _BYTES_PER_PARTITION + 1))
+    spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+
+    def shuffled(df: DataFrame, *columns: Column | str) -> DataFrame:
+        return (df.select("run", F.struct(*columns).alias("row"))
+                .repartition(parts, "run").select("run", "row.*"))
+
+    history = shuffled(_read_large(spark, hist_files, "history"), "op_id", "msg_id", "producer",
+                       "invoke_ms", "complete_ms", "status", "bad")
+    records = shuffled(_read_large(spark, rec_files, "records"),
+                       F.col("node_index").alias("node"), "offset", "size", "msg_id",
+                       "body_crc", "bad")
+    return history, records
+
+
+def _void_categories(history: DataFrame, runs_df: DataFrame) -> DataFrame:
+    """History rows with `cat`: for a PUT_OK, 2 * (the master's disk promise
+    is void for it) + (some slave's copy is void for it); null otherwise."""
+    # Bit i: node i's promise is void for this operation (0: the master's
+    # disk, i > 0: slave i's copy). Runs without any void skip the loop.
+    void_mask = F.expr(
+        "IF(any_void, aggregate(sequence(0, n_nodes - 1), 0L, (acc, i) -> "
+        "acc | IF(invoke_ms <= void_until[i], shiftleft(1L, i), 0L)), 0L)")
+    disk_void = void_mask.bitwiseAND(1) != 0
+    slave_void = void_mask.bitwiseAND(-2) != 0
+    return history.join(runs_df.select("run", "n_nodes", "void_until", "any_void"), "run") \
+        .withColumn("cat", F.when(F.col("status") == PUT_OK,
+                                  disk_void.cast("int") * 2 + slave_void.cast("int")))
+
+
+def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
+                     max_nodes: int) -> DataFrame:
+    """Per run: acknowledged messages judged against the mode's promises,
+    losses, indeterminate outcomes, duplicates, order."""
+    # Malformed rows take part as rows that count nothing (see _inputs).
+    good = ~F.col("bad")
+    ok = good & (F.col("status") == PUT_OK)
+    h = _void_categories(history, runs_df).select(
+        "run", "msg_id", F.lit(None).cast("int").alias("node"),
+        F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
+        F.when(ok, F.col("cat")).alias("cat"), F.when(ok, F.col("op_id")).alias("ok_op"),
+        "producer", "invoke_ms", "complete_ms")
+    r = records.select(
+        "run", "msg_id", F.when(good & F.col("msg_id").isNotNull(), F.col("node")).alias("node"),
+        "offset", F.lit(None).cast("string").alias("status"),
+        F.lit(None).cast("int").alias("cat"), F.lit(None).cast(_LONG).alias("ok_op"),
+        F.lit(None).cast(_LONG).alias("producer"), F.lit(None).cast(_LONG).alias("invoke_ms"),
+        F.lit(None).cast(_LONG).alias("complete_ms"))
+    cat = F.col("cat")
+    msgs = h.unionByName(r).groupBy("run", "msg_id").agg(
+        F.coalesce(F.bit_or(F.expr("shiftleft(1L, node)")), F.lit(0).cast(_LONG)).alias("held"),
+        F.count("node").alias("copies"),
+        F.min(F.when(F.col("node") == 0, F.col("offset"))).alias("master_offset"),
+        *[F.count_if(cat == k).alias(f"c{k}") for k in range(4)],
+        F.count_if(F.col("status") == INDETERMINATE).alias("n_indet"),
+        F.min("ok_op").alias("first_ok_op"),
+        *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms")],
+    ).join(runs_df.select("run", "n_nodes", "slave_mask", "disk_promised", "replica_promised"),
+           "run")
+
+    # The judgement of promises.judge, per message, for its acks in each of
+    # the four void categories c{2*disk_void + slave_void}.
+    held = F.col("held")
+    c0, c1, c2, c3 = (F.col(f"c{k}") for k in range(4))
+    n_ok = c0 + c1 + c2 + c3
+    on_master = held.bitwiseAND(1) != 0
+    on_slave = held.bitwiseAND(F.col("slave_mask")) != 0
+    disk_missing = F.col("disk_promised") & ~on_master
+    replica_missing = F.col("replica_promised") & ~on_slave
+
+    def if_(cond: Column, value: Column) -> Column:
+        return F.when(cond, value).otherwise(0)
+
+    violations = if_(disk_missing | replica_missing, c0) + if_(disk_missing, c1) \
+        + if_(replica_missing, c2)
+    present = F.bit_count(held)
+
+    # Order, over the messages acknowledged and held by the master.
+    placed = (n_ok > 0) & on_master
+    by_producer = (Window.partitionBy("run", "producer").orderBy("first_ok_op")
+                   .rowsBetween(Window.unboundedPreceding, -1))
+    prev = F.last(F.when(placed, F.struct("complete_ms", "master_offset")),
+                  ignorenulls=True).over(by_producer)
+    inversion = placed & (F.col("prev.complete_ms") <= F.col("invoke_ms")) \
+        & (F.col("master_offset") < F.col("prev.master_offset"))
+
+    return msgs.withColumn("prev", prev).groupBy("run").agg(
+        F.sum(n_ok).alias("acked"),
+        F.sum(if_(~on_master, n_ok)).alias("acked_lost_master"),
+        F.sum(if_(held == 0, n_ok)).alias("acked_lost_everywhere"),
+        *[F.sum(if_((F.lit(i) < F.col("n_nodes")) & (F.shiftright(held, i).bitwiseAND(1) == 0),
+                    n_ok)).alias(f"lost_node{i}") for i in range(max_nodes)],
+        F.sum(if_(F.col("disk_promised"), n_ok)).alias("disk_promises"),
+        F.sum(if_(disk_missing, c2 + c3)).alias("disk_void"),
+        F.sum(if_(disk_missing, c0 + c1)).alias("disk_violations"),
+        F.sum(if_(F.col("replica_promised"), n_ok)).alias("replica_promises"),
+        F.sum(if_(replica_missing, c1 + c3)).alias("replica_void"),
+        F.sum(if_(replica_missing, c0 + c2)).alias("replica_violations"),
+        F.sum(violations).alias("promise_violations"),
+        F.sum(if_(~on_master, n_ok - violations)).alias("allowed_loss"),
+        F.sum("n_indet").alias("indeterminate"),
+        F.sum(if_(held != 0, F.col("n_indet"))).alias("indeterminate_found"),
+        F.count_if(F.col("copies") > present).alias("duplicates"),
+        F.sum(F.col("copies") - present).alias("duplicate_records"),
+        F.count_if(F.coalesce(inversion, F.lit(False))).alias("order_inversions"),
+    )
+
+
+def _divergence(records: DataFrame, max_nodes: int) -> DataFrame:
+    """Per run: offsets of the master's and a slave's common range holding
+    different records, the first of them; and malformed rows per node."""
+    good = ~F.col("bad")
+    node = F.col("node")
+    bounds = records.groupBy("run").agg(*[
+        agg for i in range(max_nodes) for agg in (
+            F.min(F.when(good & (node == i), F.col("offset"))).alias(f"lo{i}"),
+            F.max(F.when(good & (node == i), F.col("offset") + F.col("size"))).alias(f"hi{i}"))
+    ])
+    # A record as longs, so the aggregation compiles: size and CRC exactly,
+    # the message id as a 64-bit hash (two ids colliding at one offset with
+    # equal size and CRC: ~2^-64).
+    parts = {"size": F.col("size"), "crc": F.col("body_crc"),
+             "id": F.xxhash64(F.coalesce(F.col("msg_id"), F.lit("\0null")))}
+    by_offset = records.groupBy("run", "offset").agg(
+        *[F.max(F.when(good & (node == i), v)).alias(f"{k}{i}")
+          for i in range(max_nodes) for k, v in parts.items()],
+        *[F.count_if(~good & (node == i)).alias(f"bad{i}") for i in range(max_nodes)],
+    ).join(bounds.hint("shuffle_hash"), "run")
+
+    def diverges(i: int) -> Column:
+        same = F.col("size0").eqNullSafe(F.col(f"size{i}")) & F.col("crc0").eqNullSafe(
+            F.col(f"crc{i}")) & F.col("id0").eqNullSafe(F.col(f"id{i}"))
+        in_common = (F.col("offset") >= F.greatest("lo0", f"lo{i}")) & (
+            F.col("offset") < F.least("hi0", f"hi{i}"))
+        both = F.col("lo0").isNotNull() & F.col(f"lo{i}").isNotNull()
+        return F.coalesce(both & in_common & ~same, F.lit(False)).cast("int")
+
+    n_div = sum((diverges(i) for i in range(2, max_nodes)),
+                diverges(1) if max_nodes > 1 else F.lit(0))
+    return by_offset.groupBy("run").agg(
+        F.sum(n_div).alias("divergent_records"),
+        F.min(F.when(n_div > 0, F.col("offset"))).alias("first_divergent_offset"),
+        *[F.sum(f"bad{i}").alias(f"bad{i}") for i in range(max_nodes)],
+    )
+
+
+def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[tuple[int, int, int, int, int]]:
+    """(run, observation, slave node, master_offset, slave_offset) of every
+    slave_ahead observation with the slave ahead."""
+    obs = []
+    for run in runs:
+        for n, o in enumerate(run.observations):
+            if o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]:
+                slave = run.node(o["slave"])
+                assert slave is not None  # checked by runs.load_run
+                obs.append((run.index, n, slave.index, o["master_offset"], o["slave_offset"]))
+    return obs
+
+
+def _slave_ahead(spark: SparkSession, records: DataFrame,
+                 obs: Sequence[tuple[int, int, int, int, int]]) -> DataFrame:
+    obs_df = F.broadcast(spark.createDataFrame(
+        obs, "run int, obs int, node int, lo long, hi long"))
+    # One condition over both sides, so it stays above the join (_inputs).
+    offset = F.when(~F.col("bad"), F.col("offset"))
+    inside = F.coalesce((offset >= F.col("lo")) & (offset < F.col("hi")), F.lit(False))
+    return (records.join(obs_df, ["run", "node"])
+            .groupBy("run", "obs").agg(F.count_if(inside).alias("messages")))
+
+
+def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
+    """Operations per run, second since the run's start (by invoke time) and
+    status, with latency percentiles; malformed rows counted in `bad`."""
+    good = ~F.col("bad")
+    latency = F.col("complete_ms") - F.col("invoke_ms")
+    second = F.floor((F.col("invoke_ms") - F.col("started_ms")) / 1000).cast("long")
+    return (history.join(runs_df.select("run", "started_ms"), "run")
+            .groupBy("run", second.alias("second"), "status").agg(
+                F.count_if(good).alias("ops"), F.count_if(~good).alias("bad"),
+                F.percentile(F.when(good, latency), [0.5, 0.99]).alias("ms")))
+
+
+def _latency(history: DataFrame) -> DataFrame:
+    """PUT_OK latency value counts per run (other rows under ms null)."""
+    ok = ~F.col("bad") & (F.col("status") == PUT_OK)
+    return (history.groupBy("run", F.when(ok, F.col("complete_ms") - F.col("invoke_ms"))
+                            .alias("ms")).agg(F.count("*").alias("n")))
+
+
+def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.DataFrame]:
+    """The one Spark query; its branches' results as pandas, by branch."""
+    # Arithmetic on a malformed value must not fail the whole report; the
+    # run it belongs to is left out anyway.
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    # One exchange per input for all branches (see _inputs).
+    spark.conf.set("spark.sql.optimizer.nestedSchemaPruning.enabled", "false")
+    # Joins and groupings by (run, ...) reuse the partitioning by run.
+    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
+    history, records = _inputs(spark, runs)
+    runs_df = _runs_table(spark, runs)
+    max_nodes = max(len(r.nodes) for r in runs)
+    branches = {
+        "messages": _message_figures(history, records, runs_df, max_nodes),
+        "divergence": _divergence(records, max_nodes),
+        "timeline": _timeline(history, runs_df),
+        "latency": _latency(history),
+    }
+    obs = _slave_ahead_obs(runs)
+    if obs:
+        branches["slave_ahead"] = _slave_ahead(spark, records, obs)
+    tagged = [
+        df.select(F.lit(kind).alias("kind"),
+                  F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
+                  .alias("payload"))
+        for kind, df in branches.items()
+    ]
+    union = tagged[0]
+    for df in tagged[1:]:
+        union = union.unionByName(df)
+    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in branches}
+    for row in union.collect():
+        rows[row.kind].append(json.loads(row.payload))
+    out = {kind: pd.DataFrame(rows[kind], columns=branches[kind].columns) for kind in branches}
+    if not obs:
+        out["slave_ahead"] = pd.DataFrame(columns=["run", "obs", "messages"])
+    out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi"])
+    for df in out.values():  # an empty branch has no types to infer
+        df["run"] = df["run"].astype("int64")
+    out["slave_ahead"] = out["slave_ahead"].astype("int64")
+    return out
+
+
+def build_report(
+    run_dirs: Sequence[str],
+    out_dir: str,
+    spark_master: str | None = None,
+    progress: Progress | None = None,
+) -> ReportSummary:
+    """Check and compare the runs under `run_dirs` (run directories, or
+    directories holding them) and write the tables, report and plots to
+    `out_dir`. Malformed runs are left out and listed in the report; raises
+    NoRunsError when none is left, FileNotFoundError for a path that holds
+    no run."""
+    progress = progress or QuietProgress()
+    dirs = find_run_dirs(run_dirs)
+    progress.step(f"reading {len(dirs)} run director{'y' if len(dirs) == 1 else 'ies'}")
+    with progress.items(len(dirs), "runs") as tick:
+        runs, problems = load_runs(dirs, tick)
+    for p in problems:
+        progress.step(f"left out: {p}")
+    if not runs:
+        raise NoRunsError(problems)
+    with spark_session(spark_master) as spark:
+        progress.step(f"checking {len(runs)} runs (Spark)")
+        with progress.spark_job(spark.sparkContext, "check"):
+            results = _run_query(spark, runs)
+    return _write(runs, problems, results, out_dir, progress)
+
+
+def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dict[int, str]:
+    """Runs with malformed rows -> the first problem, named by Python."""
+    bad_files: list[tuple[int, str, str, int]] = []
+    tl = results["timeline"]
+    for run_index, n in tl.groupby("run")["bad"].sum().items():
+        if n:
+            bad_files.append((int(run_index), runs[int(run_index)].history_path, "history",
+                              int(n)))
+    for row in results["divergence"].to_dict("records"):
+        for node in runs[row["run"]].nodes:
+            if row[f"bad{node.index}"]:
+                bad_files.append((row["run"], node.records_path, "records",
+                                  int(row[f"bad{node.index}"])))
+    bad: dict[int, str] = {}
+    for run_index, path, kind, count in sorted(bad_files):
+        if run_index not in bad:
+            bad[run_index] = first_row_problem(path, kind) or (
+                f"{path}: {count} row(s) Spark cannot read as {kind} rows of the schema")
+    return bad
+
+
+def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.DataFrame],
+           out_dir: str, progress: Progress) -> ReportSummary:
+    assert all(r.index == i for i, r in enumerate(runs))  # results are keyed by index
+    for run_index, message in _malformed(runs, results).items():
+        progress.step(f"left out: {message}")
+        problems.append(Problem(runs[run_index].run_dir, message))
+    left_out = {p.run_dir for p in problems}
+    good = [r for r in runs if r.run_dir not in left_out]
+    if not good:
+        raise NoRunsError(problems)
+    keep = {r.index for r in good}
+    res = {k: v[v["run"].isin(keep)] for k, v in results.items()}
+    res["latency"] = res["latency"].dropna(subset=["ms"])
+
+    timeline = res["timeline"][res["timeline"]["ops"] > 0].copy()
+    ahead = res["slave_ahead_obs"].merge(res["slave_ahead"], on=["run", "obs"], how="left")
+    ahead = ahead.assign(slave_ahead_bytes=ahead["hi"] - ahead["lo"],
+                         slave_ahead_messages=ahead["messages"].fillna(0))
+    ahead = ahead.groupby("run", as_index=False)[
+        ["slave_ahead_bytes", "slave_ahead_messages"]].max()
+    figures = res["messages"].merge(res["divergence"], on="run", how="outer")
+
+    progress.step(f"writing tables and report to {out_dir}")
+    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead)
+    comparison = tables.comparison_table(verdicts, res["latency"], good)
+    timeline = timeline.assign(
+        run_id=timeline["run"].map(lambda i: runs[i].run_id),
+        latency_p50_ms=timeline["ms"].map(lambda v: v[0] if v else None),
+        latency_p99_ms=timeline["ms"].map(lambda v: v[1] if v else None),
+    )[["run_id", "second", "status", "ops", "latency_p50_ms", "latency_p99_ms"]]
+    timeline = timeline.sort_values(["run_id", "second", "status"]).reset_index(drop=True)
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = []
+    for name, table in (("verdicts", verdicts), ("comparison", comparison),
+                        ("timeline", timeline)):
+        for ext in ("csv", "parquet"):
+            path = os.path.join(out_dir, f"{name}.{ext}")
+            if ext == "csv":
+                table.to_csv(path, index=False)
+            else:
+                table.to_parquet(path, index=False)
+            files.append(path)
+    files += report.write_report(out_dir, verdicts=verdicts, comparison=comparison,
+                                 timeline=timeline, runs=good, problems=problems)
+    return ReportSummary(out_dir=out_dir, runs=len(good), problems=problems, verdicts=verdicts,
+                         comparison=comparison, timeline=timeline, files=files)

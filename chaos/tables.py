@@ -1,0 +1,158 @@
+"""The report's tables from the pipeline's small per-run results (pandas):
+verdicts (one row per run), comparison (one row per comparison group) and
+timeline (operations per run, second and status). Nothing here touches
+Spark or files.
+
+Latency percentiles are exact, from value counts, interpolated linearly
+between the two nearest ranks — the same definition as Spark's `percentile`
+(and numpy's default) — so a group's p99 is over every PUT_OK of its runs,
+not an average of the runs' p99s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from chaos import promises
+from chaos.runs import RunInfo
+
+PUT_OK = "PUT_OK"
+
+# The comparison has one row per value of these: the issue's role x flush x
+# scenario, split further only when a sweep varied the run conditions.
+COMPARISON_KEYS = ("role", "flush", "scenario", "backend", "crash_model",
+                   "slave_ahead_policy", "ha_ship_limit")
+
+COUNTS = (
+    "acked", "acked_lost_master", "acked_lost_everywhere", "disk_promises", "disk_void",
+    "disk_violations", "replica_promises", "replica_void", "replica_violations",
+    "promise_violations", "allowed_loss", "indeterminate", "indeterminate_found",
+    "duplicates", "duplicate_records", "order_inversions", "divergent_records",
+)
+
+
+def percentiles(values: Any, counts: Any, ps: Sequence[float]) -> list[float | None]:
+    """Exact percentiles of a multiset given as values and their counts."""
+    v = np.asarray(values, dtype=float)
+    c = np.asarray(counts, dtype=np.int64)
+    if not len(v) or c.sum() == 0:
+        return [None for _ in ps]
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(c[order])
+    out: list[float | None] = []
+    for p in ps:
+        pos = p * (cum[-1] - 1)
+        lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+        v_lo = v[np.searchsorted(cum, lo, side="right")]
+        v_hi = v[np.searchsorted(cum, hi, side="right")]
+        out.append(float(v_lo + (pos - lo) * (v_hi - v_lo)))
+    return out
+
+
+def group_key(run: RunInfo) -> tuple[Any, ...]:
+    return tuple(run.params[k] for k in COMPARISON_KEYS)
+
+
+def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
+                   latency: pd.DataFrame, ahead: pd.DataFrame) -> pd.DataFrame:
+    """One row per run. `figures`: the per-run counts (run, COUNTS...,
+    lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
+    ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
+    slave_ahead_bytes, slave_ahead_messages."""
+    fig = figures.set_index("run")
+    failed: dict[int, dict[str, int]] = {}
+    for (run_index, status), n in (timeline[timeline["status"] != PUT_OK]
+                                   .groupby(["run", "status"])["ops"].sum().items()):
+        failed.setdefault(int(run_index), {})[str(status)] = int(n)
+    puts = timeline.groupby("run")["ops"].sum()
+    lat = {int(r): g for r, g in latency.groupby("run")}
+    ahead_by = ahead.set_index("run")
+    rows = []
+    for run in runs:
+        p, i = run.params, run.index
+        f = fig.loc[i] if i in fig.index else None
+
+        def count(key: str, f: Any = f) -> int:
+            return 0 if f is None or pd.isna(f.get(key)) else int(f[key])
+
+        by_status = failed.get(i, {})
+        n_puts = int(puts.get(i, 0))
+        g = lat.get(i)
+        p50, p99 = (percentiles(g["ms"], g["n"], (0.5, 0.99)) if g is not None
+                    else (None, None))
+        a = ahead_by.loc[i] if i in ahead_by.index else None
+        divergent = count("divergent_records")
+        row: dict[str, Any] = {
+            "run_id": run.run_id, "role": p["role"], "flush": p["flush"],
+            "scenario": p["scenario"], "seed": p["seed"], "backend": p["backend"],
+            "crash_model": p["crash_model"], "slave_ahead_policy": p["slave_ahead_policy"],
+            "ha_ship_limit": p["ha_ship_limit"],
+            "nodes": ",".join(n.name for n in run.nodes),
+            "failpoints": json.dumps(p["failpoints"], sort_keys=True),
+            "faults": ",".join(f"{x['kind']}:{x['node'] or '-'}" for x in run.faults),
+            "versions": json.dumps(p["versions"], sort_keys=True),
+            "started_ms": p["started_ms"], "ended_ms": p["ended_ms"],
+            "duration_s": (p["ended_ms"] - p["started_ms"]) / 1000,
+            "promises": promises.short(p["role"], p["flush"]),
+            "puts": n_puts,
+            **{k: count(k) for k in COUNTS},
+            "failed": sum(by_status.values()),
+            "failed_put_share": sum(by_status.values()) / n_puts if n_puts else 0.0,
+            "failed_by_status": json.dumps(by_status, sort_keys=True),
+            "acked_lost_by_node": json.dumps(
+                {n.name: count(f"lost_node{n.index}") for n in run.nodes}),
+            "slave_ahead_bytes": int(a["slave_ahead_bytes"]) if a is not None else 0,
+            "slave_ahead_messages": int(a["slave_ahead_messages"]) if a is not None else 0,
+            "first_divergent_offset": (count("first_divergent_offset") if divergent
+                                       else None),
+            "put_ok_p50_ms": p50, "put_ok_p99_ms": p99,
+            "run_dir": run.run_dir,
+        }
+        row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
+        row["slave_ahead"] = row["slave_ahead_bytes"] > 0
+        row["verdict"] = "violation" if row["promise_violations"] else "ok"
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["first_divergent_offset"] = df["first_divergent_offset"].astype("Int64")
+    return df.sort_values(["role", "flush", "scenario", "run_id"]).reset_index(drop=True)
+
+
+def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
+                     runs: Sequence[RunInfo]) -> pd.DataFrame:
+    """One row per comparison group; latency percentiles over all its PUT_OKs."""
+    by_id = {r.run_id: r.index for r in runs}
+    rows = []
+    for key, group in verdicts.groupby(list(COMPARISON_KEYS), sort=True):
+        puts = int(group["puts"].sum())
+        lat = latency[latency["run"].isin([by_id[r] for r in group["run_id"]])]
+        lat = lat.groupby("ms")["n"].sum()
+        p50, p99 = percentiles(lat.index, lat.to_numpy(), (0.5, 0.99))
+        rows.append({
+            **dict(zip(COMPARISON_KEYS, key, strict=True)),
+            "runs": len(group),
+            "puts": puts,
+            "acked": int(group["acked"].sum()),
+            "acked_lost_master": int(group["acked_lost_master"].sum()),
+            "acked_lost_everywhere": int(group["acked_lost_everywhere"].sum()),
+            "promise_violations": int(group["promise_violations"].sum()),
+            "violation_runs": int((group["promise_violations"] > 0).sum()),
+            "allowed_loss": int(group["allowed_loss"].sum()),
+            "slave_ahead_runs": int(group["slave_ahead"].sum()),
+            "slave_ahead_bytes_max": int(group["slave_ahead_bytes"].max()),
+            "slave_ahead_messages_max": int(group["slave_ahead_messages"].max()),
+            "divergence_runs": int((group["divergent_records"] > 0).sum()),
+            "divergent_records": int(group["divergent_records"].sum()),
+            "duplicates": int(group["duplicates"].sum()),
+            "indeterminate": int(group["indeterminate"].sum()),
+            "indeterminate_found": int(group["indeterminate_found"].sum()),
+            "order_inversions": int(group["order_inversions"].sum()),
+            "put_ok_p50_ms": p50,
+            "put_ok_p99_ms": p99,
+            "failed_put_share": int(group["failed"].sum()) / puts if puts else 0.0,
+        })
+    return pd.DataFrame(rows)

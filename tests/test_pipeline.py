@@ -1,0 +1,444 @@
+"""The checker and report on fixture run directories with known contents:
+exact figures per run, the comparison, the promise table against the Spark
+judgement, malformed input, and `dlab report`. One local Spark session for
+the module (tests/pipeline_fixtures.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from typing import Any
+
+import pandas as pd
+import pytest
+from pipeline_fixtures import T0, fault, make_run, op, rec, slave_ahead, spark  # noqa: F401
+
+from chaos import promises
+from chaos.pipeline import NoRunsError, build_report
+from chaos.runs import ALWAYS_MS, NEVER_MS, load_run, void_until
+from cluster import cli
+
+MODES = list(promises.PROMISES)
+
+# Four PUT_OKs at offsets 0..300; master and slave hold the first three.
+LOSS_HISTORY = [op(i + 1, f"m{i + 1}", i * 100, at=i * 10) for i in range(4)]
+THREE = [rec(0, "m1"), rec(100, "m2"), rec(200, "m3")]
+
+
+def _fixture_runs(root: str) -> None:
+    # A SYNC_FLUSH master missing a PUT_OK: one violation; the same loss under
+    # ASYNC_MASTER + ASYNC_FLUSH: an allowed loss; under SYNC_MASTER +
+    # SYNC_FLUSH both promises break, still one violation.
+    make_run(root, "loss-async-sync", role="ASYNC_MASTER", flush="SYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    make_run(root, "loss-async-async", role="ASYNC_MASTER", flush="ASYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    make_run(root, "loss-sync-sync", role="SYNC_MASTER", flush="SYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    # SYNC_MASTER + ASYNC_FLUSH: the master lost m4, the slave kept it.
+    make_run(root, "loss-sync-async-slave-kept", role="SYNC_MASTER", flush="ASYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY,
+             records={"m": THREE, "s": [*THREE, rec(300, "m4")]})
+
+    # Master crash under ASYNC_FLUSH with reject: the master lost m3 and m4,
+    # the slave is ahead (200 bytes, 2 records); the restarted master wrote
+    # m5 at offset 200 and holds m2 with other bytes than the slave.
+    make_run(
+        root, "diverge", role="ASYNC_MASTER", flush="ASYNC_FLUSH", scenario="master-crash",
+        history=[*LOSS_HISTORY, op(5, "m5", 200, at=2000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2", crc=7), rec(200, "m5")],
+                 "s": [rec(0, "m1"), rec(100, "m2", crc=8), rec(200, "m3"), rec(300, "m4")]},
+        faults=[fault(1, "kill", "m", 1000, 1500)], final={"m": {"killed": True}},
+        observations=[slave_ahead(1600, 200, 400)],
+    )
+
+    # A retried message stored twice on both nodes: one duplicate, two extra
+    # copies. One indeterminate op was stored (m2's first attempt), one not.
+    make_run(
+        root, "dup", role="ASYNC_MASTER", flush="ASYNC_FLUSH", scenario="retry",
+        history=[op(1, "m1", 0), op(2, "m2", None, status="INDETERMINATE", at=10, latency=3000),
+                 op(3, "m2", 200, at=3100, attempt=2),
+                 op(4, "m3", None, status="INDETERMINATE", at=3200, latency=3000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2"), rec(200, "m2")],
+                 "s": [rec(0, "m1"), rec(100, "m2"), rec(200, "m2")]},
+    )
+
+    # trust policy: the restarted master took the slave's report at face
+    # value and acknowledged m2 at offset 100, which the slave holds m_old at.
+    make_run(
+        root, "trust", role="SYNC_MASTER", flush="ASYNC_FLUSH", scenario="master-crash",
+        policy="trust",
+        history=[op(1, "m1", 0), op(2, "m_old", 100, at=10), op(3, "m2", 100, at=3000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2")],
+                 "s": [rec(0, "m1"), rec(100, "m_old")]},
+        faults=[fault(1, "kill", "m", 1000, 2000)], final={"m": {"killed": True}},
+        observations=[slave_ahead(2000, 100, 200)],
+    )
+
+    # Voided promises (SYNC_MASTER + SYNC_FLUSH): the master's disk damaged at
+    # 1000, the slave killed under the power model at 2000. m1 (invoked at
+    # 500, gone everywhere) is void on both counts; m2 (invoked at 3000, gone
+    # everywhere) violates both; m3 survived.
+    make_run(
+        root, "void", role="SYNC_MASTER", flush="SYNC_FLUSH", scenario="disk",
+        history=[op(1, "m1", 0, at=500), op(2, "m2", 100, at=3000), op(3, "m3", 200, at=3100)],
+        records={"m": [rec(200, "m3")], "s": [rec(200, "m3")]},
+        faults=[fault(1, "bit_flip", "m", 1000, damages_disk=True),
+                fault(2, "kill", "s", 2000, 2500)],
+        final={"m": {"disk_damaged": True}, "s": {"killed": True}},
+    )
+
+    # Latency, order and availability: latencies 1, 2, 3, 4 ms (p50 2.5, p99
+    # 3.97); producer 1's second ack is stored before its first
+    # (one inversion); two failed puts in second 2, one in second 3.
+    make_run(
+        root, "timing", role="ASYNC_MASTER", flush="SYNC_FLUSH", scenario="timing",
+        history=[op(1, "a", 100, at=0, latency=1, producer=1),
+                 op(2, "b", 0, at=100, latency=2, producer=1),
+                 op(3, "c", 200, at=200, latency=3, producer=2),
+                 op(4, "d", 300, at=1200, latency=4, producer=2),
+                 op(5, "e", None, status="SLAVE_NOT_AVAILABLE", at=2100, latency=1),
+                 op(6, "f", None, status="SERVICE_NOT_AVAILABLE", at=2200, latency=1),
+                 op(7, "g", None, status="INDETERMINATE", at=3000, latency=50)],
+        records={"m": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")],
+                 "s": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")]},
+    )
+    # A second run of the same mode and scenario, for the comparison.
+    make_run(
+        root, "timing-2", role="ASYNC_MASTER", flush="SYNC_FLUSH", scenario="timing", seed=2,
+        history=[op(1, "a", 0, latency=10), op(2, "b", None, status="FLUSH_DISK_TIMEOUT",
+                                                at=50, latency=5000)],
+        records={"m": [rec(0, "a"), rec(100, "b")], "s": [rec(0, "a")]},
+    )
+
+
+@pytest.fixture(scope="module")
+def fixture_report(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:  # noqa: F811
+    root = str(tmp_path_factory.mktemp("runs"))
+    _fixture_runs(root)
+    return build_report([root], os.path.join(root, "..", "report"))
+
+
+def _verdict(summary: Any, run_id: str) -> dict[str, Any]:
+    rows = summary.verdicts[summary.verdicts["run_id"] == run_id]
+    assert len(rows) == 1, run_id
+    return rows.iloc[0].to_dict()
+
+
+def _figures(v: dict[str, Any], keys: str) -> dict[str, Any]:
+    return {k: v[k] for k in keys.split()}
+
+
+LOSS_KEYS = ("acked acked_lost_master acked_lost_everywhere disk_promises disk_violations "
+             "replica_promises replica_violations promise_violations allowed_loss")
+
+
+def test_sync_flush_master_missing_a_put_ok_is_one_violation(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "loss-async-sync")
+    assert _figures(v, LOSS_KEYS) == {
+        "acked": 4, "acked_lost_master": 1, "acked_lost_everywhere": 1, "disk_promises": 4,
+        "disk_violations": 1, "replica_promises": 0, "replica_violations": 0,
+        "promise_violations": 1, "allowed_loss": 0}
+    assert v["verdict"] == "violation"
+    assert json.loads(v["acked_lost_by_node"]) == {"m": 1, "s": 1}
+
+
+def test_the_same_loss_under_async_master_async_flush_is_allowed(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "loss-async-async")
+    assert _figures(v, LOSS_KEYS) == {
+        "acked": 4, "acked_lost_master": 1, "acked_lost_everywhere": 1, "disk_promises": 0,
+        "disk_violations": 0, "replica_promises": 0, "replica_violations": 0,
+        "promise_violations": 0, "allowed_loss": 1}
+    assert v["verdict"] == "ok" and v["promises"] == "none"
+
+
+def test_both_promises_broken_count_one_violation(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "loss-sync-sync")
+    assert _figures(v, LOSS_KEYS) == {
+        "acked": 4, "acked_lost_master": 1, "acked_lost_everywhere": 1, "disk_promises": 4,
+        "disk_violations": 1, "replica_promises": 4, "replica_violations": 1,
+        "promise_violations": 1, "allowed_loss": 0}
+
+
+def test_sync_master_async_flush_loss_kept_by_the_slave_is_allowed(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "loss-sync-async-slave-kept")
+    assert _figures(v, LOSS_KEYS) == {
+        "acked": 4, "acked_lost_master": 1, "acked_lost_everywhere": 0, "disk_promises": 0,
+        "disk_violations": 0, "replica_promises": 4, "replica_violations": 0,
+        "promise_violations": 0, "allowed_loss": 1}
+    assert json.loads(v["acked_lost_by_node"]) == {"m": 1, "s": 0}
+
+
+def test_same_offset_different_bytes_is_divergence(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "diverge")
+    # Common range [0, 300): offset 100 (same id, other CRC) and offset 200
+    # (reused by the restarted master) differ; 0 matches.
+    assert _figures(v, "divergent_records first_divergent_offset slave_ahead "
+                       "slave_ahead_bytes slave_ahead_messages acked_lost_master "
+                       "acked_lost_everywhere promise_violations allowed_loss") == {
+        "divergent_records": 2, "first_divergent_offset": 100, "slave_ahead": True,
+        "slave_ahead_bytes": 200, "slave_ahead_messages": 2, "acked_lost_master": 2,
+        "acked_lost_everywhere": 0, "promise_violations": 0, "allowed_loss": 2}
+    assert _verdict(fixture_report, "loss-async-sync")["divergent_records"] == 0
+
+
+def test_one_id_at_two_offsets_is_a_duplicate(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "dup")
+    assert _figures(v, "duplicates duplicate_records indeterminate indeterminate_found "
+                       "indeterminate_not_found acked acked_lost_master") == {
+        "duplicates": 1, "duplicate_records": 2, "indeterminate": 2, "indeterminate_found": 1,
+        "indeterminate_not_found": 1, "acked": 2, "acked_lost_master": 0}
+    assert json.loads(v["failed_by_status"]) == {"INDETERMINATE": 2}
+
+
+def test_trust_policy_sync_master_put_ok_on_no_slave_is_a_violation(fixture_report: Any
+                                                                    ) -> None:
+    v = _verdict(fixture_report, "trust")
+    # m2: on the master, on no slave -> violation. m_old: lost on the master
+    # but the slave kept it -> allowed. The slave was 100 bytes ahead.
+    assert _figures(v, "promise_violations replica_violations replica_void "
+                       "acked_lost_master acked_lost_everywhere allowed_loss "
+                       "divergent_records slave_ahead_bytes slave_ahead_messages") == {
+        "promise_violations": 1, "replica_violations": 1, "replica_void": 0,
+        "acked_lost_master": 1, "acked_lost_everywhere": 0, "allowed_loss": 1,
+        "divergent_records": 1, "slave_ahead_bytes": 100, "slave_ahead_messages": 1}
+    assert v["slave_ahead_policy"] == "trust"
+
+
+def test_damage_and_power_crash_void_promises_made_before_them(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "void")
+    assert _figures(v, "disk_void disk_violations replica_void replica_violations "
+                       "promise_violations allowed_loss acked_lost_everywhere") == {
+        "disk_void": 1, "disk_violations": 1, "replica_void": 1, "replica_violations": 1,
+        "promise_violations": 1, "allowed_loss": 1, "acked_lost_everywhere": 2}
+
+
+def test_latency_order_and_availability(fixture_report: Any) -> None:
+    v = _verdict(fixture_report, "timing")
+    assert v["put_ok_p50_ms"] == pytest.approx(2.5)
+    assert v["put_ok_p99_ms"] == pytest.approx(3.97)
+    assert _figures(v, "puts acked failed order_inversions indeterminate") == {
+        "puts": 7, "acked": 4, "failed": 3, "order_inversions": 1, "indeterminate": 1}
+    assert v["failed_put_share"] == pytest.approx(3 / 7)
+    assert json.loads(v["failed_by_status"]) == {
+        "INDETERMINATE": 1, "SERVICE_NOT_AVAILABLE": 1, "SLAVE_NOT_AVAILABLE": 1}
+    t = fixture_report.timeline
+    t = t[t["run_id"] == "timing"]
+    assert [(r.second, r.status, r.ops) for r in t.itertuples()] == [
+        (0, "PUT_OK", 3), (1, "PUT_OK", 1), (2, "SERVICE_NOT_AVAILABLE", 1),
+        (2, "SLAVE_NOT_AVAILABLE", 1), (3, "INDETERMINATE", 1)]
+    assert t[t["second"] == 0]["latency_p50_ms"].item() == pytest.approx(2.0)
+
+
+def test_comparison_one_row_per_mode_and_scenario(fixture_report: Any) -> None:
+    c = fixture_report.comparison
+    assert len(c) == 9
+    row = c[(c["scenario"] == "timing")].iloc[0].to_dict()
+    assert _figures(row, "role flush runs puts acked failed_put_share put_ok_p50_ms "
+                         "acked_lost_master promise_violations indeterminate") == {
+        "role": "ASYNC_MASTER", "flush": "SYNC_FLUSH", "runs": 2, "puts": 9, "acked": 5,
+        "failed_put_share": pytest.approx(4 / 9), "put_ok_p50_ms": pytest.approx(3.0),
+        "acked_lost_master": 0, "promise_violations": 0, "indeterminate": 1}
+    # Latency percentiles are over all PUT_OKs of the group: 1, 2, 3, 4, 10.
+    assert row["put_ok_p99_ms"] == pytest.approx(4 + 0.96 * 6)
+    crash = c[(c["scenario"] == "master-crash") & (c["role"] == "ASYNC_MASTER")].iloc[0]
+    assert (crash["slave_ahead_runs"], crash["slave_ahead_bytes_max"],
+            crash["divergence_runs"]) == (1, 200, 1)
+    issue_columns = [
+        "role", "flush", "scenario", "runs", "acked", "acked_lost_master",
+        "acked_lost_everywhere", "promise_violations", "slave_ahead_runs",
+        "slave_ahead_bytes_max", "divergence_runs", "duplicates", "indeterminate",
+        "put_ok_p50_ms", "put_ok_p99_ms", "failed_put_share",
+    ]
+    assert set(issue_columns) <= set(c.columns)
+    assert "backend" in c.columns
+
+
+def test_tables_and_report_are_written(fixture_report: Any) -> None:
+    out = fixture_report.out_dir
+    for name in ("verdicts", "comparison", "timeline"):
+        csv = pd.read_csv(os.path.join(out, f"{name}.csv"))
+        parquet = pd.read_parquet(os.path.join(out, f"{name}.parquet"))
+        assert len(csv) == len(parquet) == len(getattr(fixture_report, name))
+    verdicts = pd.read_parquet(os.path.join(out, "verdicts.parquet"))
+    assert set(verdicts["run_id"]) == {
+        "loss-async-sync", "loss-async-async", "loss-sync-sync", "loss-sync-async-slave-kept",
+        "diverge", "dup", "trust", "void", "timing", "timing-2"}
+    assert {"seed", "backend", "crash_model", "slave_ahead_policy"} <= set(verdicts.columns)
+    for plot in ("outcomes", "slave_ahead", "latency", "failed_share"):
+        with open(os.path.join(out, "plots", f"{plot}.png"), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(os.path.join(out, "report.md"), encoding="utf-8") as f:
+        md = f.read()
+    assert "| role | flush | scenario |" in md
+    assert "### SYNC_MASTER + SYNC_FLUSH" in md
+    assert "![Outcome of every put, per mode](plots/outcomes.png)" in md
+    assert "10 runs reported; 4 promise violations in all." in md
+    assert ("**2 acknowledged messages broke the mode's promise** in 2 runs (disk, loss)."
+            in md)
+    with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+        page = f.read()
+    assert '<img src="plots/latency.png"' in page and "<table>" in page
+
+
+# ------------------------------------------------- promises: Spark == judge()
+def test_spark_judgement_matches_promises_judge_in_every_case(spark: Any,  # noqa: F811
+                                                              tmp_path: Any) -> None:
+    """Per mode, two runs (damage before the crash, and after it); in each,
+    every combination of (held by master, held by slave) at each of three
+    invoke times around the two faults. Expected counts from judge()."""
+    expected: dict[str, dict[str, int]] = {}
+    for (role, flush), (damage_at, crash_at) in itertools.product(
+            MODES, [(1000, 2000), (2000, 1000)]):
+        run_id = f"{role}-{flush}-{damage_at}".lower()
+        history, master, slave = [], [], []
+        counts = dict.fromkeys(("promise_violations", "disk_void", "replica_void",
+                                "disk_violations", "replica_violations", "allowed_loss"), 0)
+        for n, (at, on_m, on_s) in enumerate(itertools.product(
+                (500, 1500, 2500), (True, False), (True, False))):
+            msg, offset = f"x{n}", n * 100
+            history.append(op(n + 1, msg, offset, at=at))
+            if on_m:
+                master.append(rec(offset, msg))
+            if on_s:
+                slave.append(rec(offset, msg))
+            j = promises.judge(role, flush, on_master=on_m, on_slave=on_s,
+                               master_disk_void=at <= damage_at, some_slave_void=at <= crash_at)
+            counts["promise_violations"] += j.violation
+            counts["allowed_loss"] += j.allowed_loss
+            counts["disk_void"] += j.disk == promises.Outcome.VOID
+            counts["replica_void"] += j.replica == promises.Outcome.VOID
+            counts["disk_violations"] += j.disk == promises.Outcome.VIOLATED
+            counts["replica_violations"] += j.replica == promises.Outcome.VIOLATED
+        make_run(str(tmp_path), run_id, role=role, flush=flush, history=history,
+                 records={"m": master, "s": slave},
+                 faults=[fault(1, "torn_tail", "m", damage_at, damages_disk=True),
+                         fault(2, "kill", "s", crash_at, crash_at + 100)],
+                 final={"m": {"disk_damaged": True}, "s": {"killed": True}})
+        expected[run_id] = counts
+    summary = build_report([str(tmp_path)], str(tmp_path / "out"))
+    got = {r["run_id"]: {k: r[k] for k in expected[r["run_id"]]}
+           for r in summary.verdicts.to_dict("records")}
+    assert got == expected
+    # Not vacuous: every outcome occurs somewhere.
+    assert all(sum(c[k] for c in expected.values()) > 0 for k in next(iter(expected.values())))
+
+
+def test_void_until_rules() -> None:
+    final = {"disk_damaged": False, "killed": False}
+    kill = fault(1, "kill", "s", 700)
+    flip = fault(2, "bit_flip", "s", 300, damages_disk=True)
+    args = {"name": "s", "failpoint_spec": None}
+    assert void_until(crash_model="power", final=final, faults=[], **args) == (
+        NEVER_MS, NEVER_MS)
+    assert void_until(crash_model="power", final={**final, "killed": True}, faults=[kill],
+                      **args) == (NEVER_MS, T0 + 700)
+    # Under the process model a kill loses nothing the OS holds.
+    assert void_until(crash_model="process", final={**final, "killed": True}, faults=[kill],
+                      **args) == (NEVER_MS, NEVER_MS)
+    assert void_until(crash_model="power", final={**final, "disk_damaged": True},
+                      faults=[flip], **args) == (T0 + 300, T0 + 300)
+    # Damage or a crash no fault row dates voids every message.
+    assert void_until(crash_model="power", final={**final, "disk_damaged": True}, faults=[],
+                      **args) == (ALWAYS_MS, ALWAYS_MS)
+    assert void_until(crash_model="power", final={**final, "killed": True}, faults=[kill],
+                      name="s", failpoint_spec="slave_after_append_before_report=crash@3"
+                      ) == (NEVER_MS, ALWAYS_MS)
+    # Faults on other nodes do not count.
+    assert void_until(crash_model="power", final=final, faults=[fault(3, "kill", "m", 5)],
+                      **args) == (NEVER_MS, NEVER_MS)
+
+
+# ------------------------------------------------------------ malformed input
+def _good(root: str, run_id: str) -> str:
+    return make_run(root, run_id, role="SYNC_MASTER", flush="SYNC_FLUSH",
+                    history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+
+
+def _rewrite_line(path: str, line: int, text: str) -> None:
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    lines[line - 1] = text + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+
+
+def test_malformed_files_are_named_and_the_rest_reported(spark: Any,  # noqa: F811
+                                                         tmp_path: Any) -> None:
+    root = str(tmp_path / "runs")
+    _good(root, "good")
+    bad_type = _good(root, "bad-type")
+    row = dict(LOSS_HISTORY[2], offset="two hundred")
+    _rewrite_line(os.path.join(bad_type, "history.jsonl"), 3, json.dumps(row))
+    not_json = _good(root, "not-json")
+    _rewrite_line(os.path.join(not_json, "nodes", "s", "records.jsonl"), 2, '{"offset": 1')
+    missing_field = _good(root, "missing-field")
+    row = {k: v for k, v in LOSS_HISTORY[0].items() if k != "msg_id"}
+    _rewrite_line(os.path.join(missing_field, "history.jsonl"), 1, json.dumps(row))
+    bad_status = _good(root, "bad-status")
+    _rewrite_line(os.path.join(bad_status, "history.jsonl"), 4,
+                  json.dumps(dict(LOSS_HISTORY[3], status="MAYBE")))
+    no_final = _good(root, "no-final")
+    os.unlink(os.path.join(no_final, "nodes", "m", "final.json"))
+
+    summary = build_report([root], str(tmp_path / "out"))
+    assert list(summary.verdicts["run_id"]) == ["good"]
+    assert summary.verdicts["promise_violations"].tolist() == [1]  # m4 gone: disk+replica
+    problems = sorted(str(p) for p in summary.problems)
+    assert problems == sorted([
+        f"{bad_type}/history.jsonl:3: field 'offset' should be int, got 'two hundred'",
+        f"{not_json}/nodes/s/records.jsonl:2: not JSON (Expecting ',' delimiter)",
+        f"{missing_field}/history.jsonl:1: missing field 'msg_id'",
+        f"{bad_status}/history.jsonl:4: status 'MAYBE' is not a PutStatus name or "
+        "INDETERMINATE",
+        f"{no_final}/nodes/m/final.json: missing",
+    ])
+    with open(tmp_path / "out" / "report.md", encoding="utf-8") as f:
+        md = f.read()
+    assert "## Runs left out" in md and "status 'MAYBE'" in md
+
+
+def test_load_run_names_a_bad_small_file(tmp_path: Any) -> None:
+    run_dir = _good(str(tmp_path), "r")
+    with open(os.path.join(run_dir, "faults.jsonl"), "w") as f:
+        f.write(json.dumps(fault(1, "kill", "nobody", 5)) + "\n")
+    with pytest.raises(Exception, match=r"faults.jsonl:1: node 'nobody' is not a node"):
+        load_run(run_dir, 0)
+
+
+def test_no_reportable_run_raises(spark: Any, tmp_path: Any) -> None:  # noqa: F811
+    run_dir = _good(str(tmp_path), "only")
+    os.unlink(os.path.join(run_dir, "params.json"))
+    with pytest.raises(FileNotFoundError, match="no run directory"):
+        build_report([str(tmp_path)], str(tmp_path / "out"))
+    _rewrite_line(os.path.join(_good(str(tmp_path), "only2"), "history.jsonl"), 1, "5")
+    with pytest.raises(NoRunsError, match=r"only2/history.jsonl:1: expected a JSON object"):
+        build_report([str(tmp_path)], str(tmp_path / "out"))
+
+
+# ------------------------------------------------------------------ the CLI
+def test_dlab_report_cli(spark: Any, tmp_path: Any,  # noqa: F811
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    _good(a, "one")
+    make_run(b, "two", role="ASYNC_MASTER", flush="ASYNC_FLUSH", history=LOSS_HISTORY,
+             records={"m": THREE, "s": THREE})
+    out = str(tmp_path / "out")
+    assert cli.main(["report", a, b, "--out", out]) == 0
+    comparison = pd.read_csv(os.path.join(out, "comparison.csv"))
+    assert comparison[["role", "flush", "runs", "promise_violations"]].values.tolist() == [
+        ["ASYNC_MASTER", "ASYNC_FLUSH", 1, 0], ["SYNC_MASTER", "SYNC_FLUSH", 1, 1]]
+    captured = capsys.readouterr()
+    assert "2 runs reported, 1 with promise violations" in captured.out
+    assert os.path.join(out, "report.html") in captured.out
+
+    # A malformed run: named on stderr, the other reported, exit status 1.
+    _rewrite_line(os.path.join(b, "two", "history.jsonl"), 2, "nonsense")
+    assert cli.main(["report", a, b, "--out", out]) == 1
+    captured = capsys.readouterr()
+    assert f"{b}/two/history.jsonl:2: not JSON" in captured.err
+    assert "1 run reported" in captured.out
+
+    assert cli.main(["report", str(tmp_path / "nowhere"), "--out", out]) == 2
+    assert "nowhere: not a directory" in capsys.readouterr().err
