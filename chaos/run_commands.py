@@ -17,16 +17,7 @@ from chaos.runner import FLUSHES, ROLES, Run, RunConfig
 from chaos.summary import one_line
 from chaos.workload import WorkloadConfig
 from cluster.cli import UserError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
+from cluster.commands import positive_int
 
 
 def _scenario_list(text: str) -> list[str]:
@@ -49,8 +40,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "than it has (default reject, RocketMQ 4.9.3+)")
     p.add_argument("--ha-ship-limit", choices=("wrote", "flushed"), default="wrote",
                    help="ship bytes up to the master's written (default) or flushed position")
-    p.add_argument("--slaves", type=_positive_int, default=1, help="slaves per cluster (1)")
-    p.add_argument("--producers", type=_positive_int, default=4,
+    p.add_argument("--slaves", type=positive_int, default=1, help="slaves per cluster (1)")
+    p.add_argument("--producers", type=positive_int, default=4,
                    help="concurrent producers (4)")
     p.add_argument("--rate", type=float, default=None,
                    help="messages/s per producer (default: as fast as acks come)")
@@ -183,7 +174,7 @@ def register(sub: Any, bench_sub: Any) -> None:
                    "one run each (a first look in a few minutes)")
     p.add_argument("--scenarios", type=_scenario_list, default=None,
                    help="comma-separated scenario names (default: all shipped scenarios)")
-    p.add_argument("--runs", type=_positive_int, default=None, help="runs per cell (1)")
+    p.add_argument("--runs", type=positive_int, default=None, help="runs per cell (1)")
     p.add_argument("--seed", type=int, default=1, help="base seed (1)")
     p.add_argument("--roles", type=lambda t: t.split(","), default=list(ROLES),
                    help="comma-separated roles (both)")
