@@ -129,8 +129,10 @@ def write_run(root: str, index: int, ops: int) -> str:
             # stored, the message is now stored twice.
             invoke += latency
             at = store(msg, size, crc)
-            history.append(_HISTORY % (2, invoke + 2, "null", invoke, msg, at, op_id,
-                                       producer, size, "PUT_OK"))
+            retry = "SLAVE_NOT_AVAILABLE" if sync_master and not slave_follows else "PUT_OK"
+            history.append(_HISTORY % (2, invoke + 2, "null" if retry == "PUT_OK" else
+                                       '"synthetic"', invoke, msg, at, op_id, producer, size,
+                                       retry))
             op_id += 1
 
     with open(os.path.join(run_dir, "history.jsonl"), "w", encoding="utf-8") as f:

@@ -350,7 +350,10 @@ def _divergence(records: DataFrame, max_nodes: int) -> DataFrame:
     )
 
 
-def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[tuple[int, int, int, int, int]]:
+Observation = tuple[int, int, int, int, int]  # run, observation, slave node, master, slave offset
+
+
+def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[Observation]:
     """(run, observation, slave node, master_offset, slave_offset) of every
     slave_ahead observation with the slave ahead."""
     obs = []
@@ -393,8 +396,11 @@ def _latency(history: DataFrame) -> DataFrame:
                             .alias("ms")).agg(F.count("*").alias("n")))
 
 
-def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.DataFrame]:
-    """The one Spark query; its branches' results as pandas, by branch."""
+def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
+                  ) -> tuple[DataFrame, dict[str, list[str]], list[Observation]]:
+    """The one Spark query: a row per result of every branch, as (kind,
+    payload JSON); the columns of each branch; the slave_ahead observations
+    it counted against."""
     # Arithmetic on a malformed value must not fail the whole report; the
     # run it belongs to is left out anyway.
     spark.conf.set("spark.sql.ansi.enabled", "false")
@@ -423,10 +429,16 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     union = tagged[0]
     for df in tagged[1:]:
         union = union.unionByName(df)
-    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in branches}
+    return union, {kind: df.columns for kind, df in branches.items()}, obs
+
+
+def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.DataFrame]:
+    """The query's results as pandas, by branch."""
+    union, columns, obs = checker_query(spark, runs)
+    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in columns}
     for row in union.collect():
         rows[row.kind].append(json.loads(row.payload))
-    out = {kind: pd.DataFrame(rows[kind], columns=branches[kind].columns) for kind in branches}
+    out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
     if not obs:
         out["slave_ahead"] = pd.DataFrame(columns=["run", "obs", "messages"])
     out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi"])

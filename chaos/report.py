@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 from chaos import promises
 from chaos.runs import Problem, RunInfo
@@ -323,6 +324,8 @@ def plot_latency(out_dir: str, verdicts: pd.DataFrame, timeline: pd.DataFrame,
             ax.axvspan(begin, max(end, begin + 0.2), alpha=0.2, label=label,
                        color=FAULT_COLORS.get(f["kind"], "#999999"))
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.set_title(f"{mode_label(role, flush)}\n{run.run_id} ({run.params['scenario']})",
                      fontsize=9)
         ax.set_xlabel("seconds since run start")

@@ -8,16 +8,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from typing import Any
 
 import pandas as pd
 import pytest
 from pipeline_fixtures import T0, fault, make_run, op, rec, slave_ahead, spark  # noqa: F401
 
-from chaos import promises
-from chaos.pipeline import NoRunsError, build_report
-from chaos.runs import ALWAYS_MS, NEVER_MS, load_run, void_until
+from chaos import bench, promises
+from chaos.pipeline import NoRunsError, build_report, checker_query
+from chaos.runs import ALWAYS_MS, NEVER_MS, find_run_dirs, load_run, load_runs, void_until
+from chaos.schema import validate_run_dir
 from cluster import cli
+
+# pyspark warns that it was not tested with pandas 3 when it first meets pandas.
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 MODES = list(promises.PROMISES)
 
@@ -114,10 +119,15 @@ def _fixture_runs(root: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fixture_report(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:  # noqa: F811
+def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = str(tmp_path_factory.mktemp("runs"))
     _fixture_runs(root)
-    return build_report([root], os.path.join(root, "..", "report"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def fixture_report(spark: Any, fixture_root: str) -> Any:  # noqa: F811
+    return build_report([fixture_root], os.path.join(fixture_root, "..", "report"))
 
 
 def _verdict(summary: Any, run_id: str) -> dict[str, Any]:
@@ -329,7 +339,7 @@ def test_void_until_rules() -> None:
     final = {"disk_damaged": False, "killed": False}
     kill = fault(1, "kill", "s", 700)
     flip = fault(2, "bit_flip", "s", 300, damages_disk=True)
-    args = {"name": "s", "failpoint_spec": None}
+    args: dict[str, Any] = {"name": "s", "failpoint_spec": None}
     assert void_until(crash_model="power", final=final, faults=[], **args) == (
         NEVER_MS, NEVER_MS)
     assert void_until(crash_model="power", final={**final, "killed": True}, faults=[kill],
@@ -442,3 +452,47 @@ def test_dlab_report_cli(spark: Any, tmp_path: Any,  # noqa: F811
 
     assert cli.main(["report", str(tmp_path / "nowhere"), "--out", out]) == 2
     assert "nowhere: not a directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- the query's shape
+def test_the_query_parses_and_shuffles_each_input_once(spark: Any,  # noqa: F811
+                                                       fixture_root: str) -> None:
+    """Every branch must read the same two exchanges (history, records):
+    were the optimizer to narrow them per branch again, each branch would
+    parse the JSON anew — correct, but several times slower."""
+    runs, _ = load_runs(find_run_dirs([fixture_root]))
+    query, columns, _ = checker_query(spark, runs)
+    query.collect()
+    final = query._jdf.queryExecution().executedPlan().executedPlan().toString()
+    nodes = [re.sub(r"^[\s:|+\-*()0-9]*", "", line) for line in final.splitlines()]
+    exchanges = [n for n in nodes if n.startswith("Exchange hashpartitioning")]
+    reused = [n for n in nodes if n.startswith("ReusedExchange") and "hashpartitioning" in n]
+    assert len(exchanges) == 2, final
+    assert len(reused) >= len(columns) - 1  # every other branch reads one of them
+
+
+# ---------------------------------------------------------------- the bench
+def test_bench_runs_follow_the_schema_and_check_as_designed(spark: Any,  # noqa: F811
+                                                           tmp_path: Any) -> None:
+    dirs = bench.generate(str(tmp_path / "runs"), 8, 400, processes=2)
+    for d in dirs:
+        validate_run_dir(d)
+    v = build_report([str(tmp_path / "runs")], str(tmp_path / "out")).verdicts
+    assert len(v) == 8 and v["puts"].tolist() == [400] * 8
+    assert v["promise_violations"].sum() == 0
+    crashed = v[(v["scenario"] == "master-crash") & (v["flush"] == "ASYNC_FLUSH")]
+    assert crashed["slave_ahead_messages"].tolist() == [bench.LOST_TAIL] * 2
+    assert (crashed["divergent_records"] > 0).all()
+    assert (crashed["allowed_loss"] > 0).all()
+    assert v[v["scenario"] == "clean-restart"]["acked_lost_master"].sum() == 0
+
+
+def test_dlab_bench_pipeline_prints_its_ratio_last(spark: Any,  # noqa: F811
+                                                   tmp_path: Any,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "pipeline", "--runs", "4", "--ops", "100",
+                     "--workdir", str(tmp_path)]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["bench"] == "pipeline" and figures["runs"] == 4
+    assert figures["history_rows"] == 400 and figures["ratio"] > 0
+    assert os.listdir(tmp_path) == []  # the synthetic results are removed
