@@ -13,10 +13,26 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "setting up $VENV (first run only)..." >&2
     "$PY" -m venv "$VENV"
 fi
-STAMP="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+# The native record codec (native/, Rust via PyO3) is optional: built when a
+# Rust toolchain is present, otherwise the pure-Python codec does the same work
+# more slowly. Its sources are part of the stamp, so an edit rebuilds it.
+HAVE_CARGO=no
+command -v cargo >/dev/null 2>&1 && HAVE_CARGO=yes
+STAMP="$VENV/.installed-$( (cat "$ROOT/pyproject.toml"; echo "cargo=$HAVE_CARGO"
+    cat "$ROOT"/native/Cargo.* "$ROOT"/native/pyproject.toml "$ROOT"/native/src/*.rs) \
+    | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
+    if [ "$HAVE_CARGO" = yes ]; then
+        echo "building the native record codec (first run only, about a minute)..." >&2
+        "$VENV/bin/python" -m pip install --quiet "$ROOT/native" >&2 \
+            || echo "the native record codec did not build: using the pure-Python codec" >&2
+    else
+        echo "no Rust toolchain (cargo): using the pure-Python record codec" \
+             "(correct, slower; see README, Performance)" >&2
+        "$VENV/bin/python" -m pip uninstall --quiet --yes dlab-native >/dev/null 2>&1 || true
+    fi
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
 fi

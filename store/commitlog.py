@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from store import native as native_codec
 from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import CrashModel, StoreConfig
@@ -51,12 +53,26 @@ from store.record import (
     decode,
     encode,
     encode_blank,
+    ipv4_field,
     peek,
     verify,
 )
 from store.recovery import RecoveryPlan
 from store.segments import Segment, fsync_dir
 from store.status import PutResult, PutStatus
+
+# Builds a PutResult from one tuple without the NamedTuple's Python-level
+# __new__: the native encoder makes one per message.
+_MAKE_PUT_RESULT = functools.partial(tuple.__new__, PutResult)
+
+
+def _host_field(host: tuple[str, int]) -> bytes | None:
+    """STOREHOSTADDRESS as `encode` writes it (IPv4 + port), for the native
+    encoder; None where the port does not fit, so the Python path says why."""
+    try:
+        return ipv4_field(host[0]) + host[1].to_bytes(4, "big", signed=True)
+    except OverflowError:
+        return None
 
 
 class StoreFailedError(RuntimeError):
@@ -199,8 +215,25 @@ class CommitLog:
                 if now < self._last_ts:
                     now = self._last_ts  # store timestamps never go backwards
                 host = self.config.store_host
+                host_field = _host_field(host)
                 qo = self._queue_offsets
-                for msg in messages:
+                native = native_codec.encode_run
+                i = 0
+                n_msgs = len(messages)
+                while i < n_msgs:
+                    if native is not None and host_field is not None:
+                        # The common case in one native call; it stops where
+                        # this loop must decide (a roll, an unusual message).
+                        data, count = native(messages, i, pos, seg.end, qo, now, host_field,
+                                             limit, results, _MAKE_PUT_RESULT, PutStatus.PUT_OK)
+                        if count:
+                            buf.append(data)
+                            pos += len(data)
+                            i += count
+                            if i == n_msgs:
+                                break
+                    msg = messages[i]
+                    i += 1
                     if len(msg.body) > limit:
                         results.append(PutResult(
                             PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
@@ -266,7 +299,19 @@ class CommitLog:
             pos = 0
             end = offset
             view = memoryview(data)
+            scan = native_codec.scan
+            # Records must leave room for a blank before the segment's end.
+            room = max(0, min(len(data), seg_end - BLANK_SIZE - offset))
             while pos < len(data):
+                if scan is not None:
+                    # The run of ordinary records, verified natively without
+                    # the GIL; the loop below takes whatever it stopped at.
+                    pos, n, ts_n = scan(view, pos, room, offset)
+                    if n:
+                        end = offset + pos
+                        self._last_ts = max(self._last_ts, ts_n or 0)
+                        if pos >= len(data):
+                            break
                 size, magic = peek(view, pos)
                 if magic == BLANK_MAGIC and size == seg_end - (offset + pos):
                     if pos + BLANK_SIZE != len(data):
@@ -330,8 +375,7 @@ class CommitLog:
                            and starts[j] < seg.end):
                         j += 1
                     if self._power:
-                        chunk = datas[i] if j == i + 1 else b"".join(datas[i:j])
-                        seg.pwrite(starts[i] - seg.start, chunk)
+                        seg.pwritev(starts[i] - seg.start, datas[i:j])
                     touched[seg.start] = seg
                     i = j
                 self.failpoints.hit("before_flush_sync")

@@ -173,7 +173,9 @@ def decode_properties(raw: bytes, *, lenient: bool = False) -> dict[str, str]:
 
 
 @lru_cache(maxsize=256)
-def _ipv4(host: str) -> bytes:
+def ipv4_field(host: str) -> bytes:
+    """A host's 4 address bytes as the IPv4 layout stores them (loopback where
+    the name is not an IPv4 address)."""
     try:
         return socket.inet_aton(host)
     except OSError:
@@ -220,10 +222,10 @@ def encode(
         offset,
         0,
         msg.born_timestamp_ms,
-        _ipv4(born_host[0]),
+        ipv4_field(born_host[0]),
         born_host[1],
         store_timestamp_ms,
-        _ipv4(store_host[0]),
+        ipv4_field(store_host[0]),
         store_host[1],
         0,
         0,

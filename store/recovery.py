@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from store import native as native_codec
 from store.checkpoint import Checkpoint
 from store.record import (
     BLANK_MAGIC,
@@ -91,8 +92,16 @@ def scan_segment(
     fast = _FAST.unpack_from
     prefix = _PREFIX.unpack_from
     crc32 = zlib.crc32
+    scan = native_codec.scan
     try:
         while True:
+            if scan is not None:
+                # The run of ordinary records, verified natively; anything
+                # else (a blank, zeros, damage, IPv6) is decided below.
+                pos, n, ts_n = scan(view, pos, limit, seg_start)
+                if n:
+                    records += n
+                    last_ts = ts_n
             if pos + 8 > limit:
                 if pos < limit and not _all_zero(view, pos):
                     raise CorruptRecordError("truncated", f"{limit - pos} bytes at the segment end")

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 NAME_DIGITS = 20
 
 
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+
+
 def segment_name(start: int) -> str:
     return f"{start:0{NAME_DIGITS}d}"
 
@@ -159,6 +162,22 @@ class Segment:
             n = os.pwrite(self.fd, view, pos)
             view = view[n:]
             pos += n
+
+    def pwritev(self, pos: int, chunks: list[bytes]) -> None:
+        """Write contiguous chunks at `pos` with as few syscalls as the
+        kernel allows and without joining them first (a join would copy, and
+        fault in, every byte once more)."""
+        total = sum(len(c) for c in chunks)
+        assert pos >= 0 and pos + total <= self.size, (pos, total, self.size)
+        i = 0
+        while i < len(chunks):
+            group = chunks[i : i + _IOV_MAX]
+            want = sum(len(c) for c in group)
+            n = os.pwritev(self.fd, group, pos)
+            if n < want:  # short write: finish this group the slow way
+                self.pwrite(pos + n, b"".join(group)[n:])
+            pos += want
+            i += len(group)
 
     def pread(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))
