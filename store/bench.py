@@ -28,6 +28,7 @@ from typing import Any
 
 from store.config import GIB, MIB, CrashModel, FlushMode, StoreConfig
 from store.record import Message, encode
+from store.status import PutStatus
 from store.store import MessageStore
 
 
@@ -129,7 +130,7 @@ def bench_group_commit(producers: int, seconds: float, body_size: int, workdir: 
             i = 0
             while time.perf_counter() < stop_at:
                 r = await store.put(Message("bench", body, {"UNIQ_KEY": f"p{p}-{i}"}))
-                assert r.status.value == "PUT_OK", r
+                assert r.status is PutStatus.PUT_OK, r
                 i += 1
                 count += 1
 
