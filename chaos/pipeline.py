@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -143,6 +144,28 @@ def _bad_row(kind: str) -> Column:
     return F.coalesce(bad, F.lit(True))
 
 
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+@contextmanager
+def _listed_in_driver(spark: SparkSession) -> Iterator[None]:
+    """Spark looks up more than 32 paths (the threshold) with a job of a task
+    per path: 3,000 files of a 1,000-run sweep made two jobs of several
+    seconds each, where the driver stats them in well under one. The files
+    are on a filesystem the driver sees (see chaos.spark_session), and one
+    stat per file is all a listing of files needs. The setting is put back
+    so the caller's later reads in the session list as before."""
+    previous = spark.conf.get(_LISTING_THRESHOLD, None)
+    spark.conf.set(_LISTING_THRESHOLD, str(2**31 - 1))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(_LISTING_THRESHOLD)
+        else:
+            spark.conf.set(_LISTING_THRESHOLD, previous)
+
+
 def _read_large(spark: SparkSession, files: Sequence[tuple[str, int, int]], kind: str
                 ) -> DataFrame:
     """Parse files of one kind; `files` is (path, run, node index). Each row
@@ -154,8 +177,9 @@ def _read_large(spark: SparkSession, files: Sequence[tuple[str, int, int]], kind
     Parsing lines as text with from_json would catch that too, at twice the
     cost of the whole scan; no writer of chaos.schema emits an array."""
     fields = {"history": HISTORY, "records": RECORDS}[kind]
-    df = (spark.read.schema(spark_schema(fields)).option("mode", "PERMISSIVE")
-          .option("columnNameOfCorruptRecord", CORRUPT).json([f[0] for f in files]))
+    with _listed_in_driver(spark):
+        df = (spark.read.schema(spark_schema(fields)).option("mode", "PERMISSIVE")
+              .option("columnNameOfCorruptRecord", CORRUPT).json([f[0] for f in files]))
     by_path = {os.path.abspath(path): (run, node) for path, run, node in files}
     keys = []
     for uri in df.inputFiles():  # the form input_file_name() gives
@@ -219,14 +243,17 @@ def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, Da
     return history, records
 
 
-def _void_categories(history: DataFrame, runs_df: DataFrame) -> DataFrame:
+def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> DataFrame:
     """History rows with `cat`: for a PUT_OK, 2 * (the master's disk promise
     is void for it) + (some slave's copy is void for it); null otherwise."""
     # Bit i: node i's promise is void for this operation (0: the master's
-    # disk, i > 0: slave i's copy). Runs without any void skip the loop.
-    void_mask = F.expr(
-        "IF(any_void, aggregate(sequence(0, n_nodes - 1), 0L, (acc, i) -> "
-        "acc | IF(invoke_ms <= void_until[i], shiftleft(1L, i), 0L)), 0L)")
+    # disk, i > 0: slave i's copy). Runs without any void skip the test.
+    # Unrolled over max_nodes rather than a lambda over the run's nodes:
+    # Spark interprets higher-order functions row by row.
+    void_mask = F.when(F.col("any_void"), sum(
+        (F.when((F.lit(i) < F.col("n_nodes")) & (F.col("invoke_ms") <= F.col("void_until")[i]),
+                F.lit(1 << i)).otherwise(F.lit(0)).cast(_LONG) for i in range(max_nodes)),
+        F.lit(0).cast(_LONG))).otherwise(F.lit(0).cast(_LONG))
     disk_void = void_mask.bitwiseAND(1) != 0
     slave_void = void_mask.bitwiseAND(-2) != 0
     return history.join(runs_df.select("run", "n_nodes", "void_until", "any_void"), "run") \
@@ -241,7 +268,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     # Malformed rows take part as rows that count nothing (see _inputs).
     good = ~F.col("bad")
     ok = good & (F.col("status") == PUT_OK)
-    h = _void_categories(history, runs_df).select(
+    h = _void_categories(history, runs_df, max_nodes).select(
         "run", "msg_id", F.lit(None).cast("int").alias("node"),
         F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
         F.when(ok, F.col("cat")).alias("cat"), F.when(ok, F.col("op_id")).alias("ok_op"),
@@ -383,10 +410,19 @@ def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
     good = ~F.col("bad")
     latency = F.col("complete_ms") - F.col("invoke_ms")
     second = F.floor((F.col("invoke_ms") - F.col("started_ms")) / 1000).cast("long")
-    return (history.join(runs_df.select("run", "started_ms"), "run")
-            .groupBy("run", second.alias("second"), "status").agg(
-                F.count_if(good).alias("ops"), F.count_if(~good).alias("bad"),
-                F.percentile(F.when(good, latency), [0.5, 0.99]).alias("ms")))
+    # Latency value counts first (a compiled hash aggregation), then the
+    # percentiles weighted by them: percentile keeps value counts anyway,
+    # so the result is the same, but fed every row it is an object
+    # aggregation that falls back to sorting all rows (over 128 groups).
+    counts = (history.join(runs_df.select("run", "started_ms"), "run")
+              .groupBy("run", second.alias("second"), "status", "bad",
+                       F.when(good, latency).alias("latency"))
+              .agg(F.count("*").alias("n")))
+    n = F.col("n")
+    return counts.groupBy("run", "second", "status").agg(
+        F.sum(F.when(good, n).otherwise(0)).alias("ops"),
+        F.sum(F.when(good, 0).otherwise(n)).alias("bad"),
+        F.percentile("latency", [0.5, 0.99], n).alias("ms"))
 
 
 def _latency(history: DataFrame) -> DataFrame:
