@@ -193,14 +193,15 @@ class HASlave:
             call.cancel()
 
     def _on_range(self, session: SlaveSession, rng: ha_pb2.Range, now: float) -> None:
-        decision = session.on_range(rng.offset, len(rng.data), now=now)
+        data = rng.data  # each access copies the bytes out of the message
+        decision = session.on_range(rng.offset, len(data), now=now)
         if isinstance(decision, Drop):
             raise StreamEnded(decision.reason)
         if isinstance(decision, Heartbeat):
             return
         assert isinstance(decision, Apply)
         try:
-            new_max = self.log.append_raw(rng.offset, rng.data)
+            new_max = self.log.append_raw(rng.offset, data)
         except OffsetMismatchError as exc:
             raise StreamEnded(f"range rejected: {exc}") from None
         except RangeRejectedError as exc:
