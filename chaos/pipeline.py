@@ -20,8 +20,9 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              producer.
            - divergence: per (run, offset), each node's record (size, CRC,
              id hash), compared on the master's and each slave's common
-             range; also the malformed record rows per node.
-           - slave_ahead: the slave's records inside each measured gap.
+             range; also the malformed record rows per node, and, in
+             the pass over records that finds each node's range, the
+             slave's records inside each measured slave_ahead gap.
            - timeline: operations per run, second since its start and status
              with latency percentiles; also the malformed history rows.
            - latency: PUT_OK latency value counts per run (exact percentiles
@@ -339,16 +340,30 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     )
 
 
-def _divergence(records: DataFrame, max_nodes: int) -> DataFrame:
+def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = None
+                ) -> DataFrame:
     """Per run: offsets of the master's and a slave's common range holding
-    different records, the first of them; and malformed rows per node."""
+    different records, the first of them; malformed rows per node; and with
+    `ahead` (_ahead_table), `ahead{k}`: the slave's records inside the gap of
+    the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
-    bounds = records.groupBy("run").agg(*[
+    # The gap counts ride on the pass that finds each node's bounds: a
+    # branch of their own would read the whole records exchange again.
+    per_run, ahead_counts = records, []
+    if ahead is not None:
+        per_run = records.join(ahead, "run", "left")
+        slots = sum(1 for c in ahead.columns if c.startswith("node_"))
+        offset = F.col("offset")
+        ahead_counts = [F.count_if(F.coalesce(
+            good & (node == F.col(f"node_{k}")) & (offset >= F.col(f"lo_{k}"))
+            & (offset < F.col(f"hi_{k}")), F.lit(False))).alias(f"ahead{k}")
+            for k in range(slots)]
+    bounds = per_run.groupBy("run").agg(*[
         agg for i in range(max_nodes) for agg in (
             F.min(F.when(good & (node == i), F.col("offset"))).alias(f"lo{i}"),
             F.max(F.when(good & (node == i), F.col("offset") + F.col("size"))).alias(f"hi{i}"))
-    ])
+    ], *ahead_counts)
     # A record as longs, so the aggregation compiles: size and CRC exactly,
     # the message id as a 64-bit hash (two ids colliding at one offset with
     # equal size and CRC: ~2^-64).
@@ -374,6 +389,7 @@ def _divergence(records: DataFrame, max_nodes: int) -> DataFrame:
         F.sum(n_div).alias("divergent_records"),
         F.min(F.when(n_div > 0, F.col("offset"))).alias("first_divergent_offset"),
         *[F.sum(f"bad{i}").alias(f"bad{i}") for i in range(max_nodes)],
+        *[F.max(c).alias(c) for c in bounds.columns if c.startswith("ahead")],
     )
 
 
@@ -393,15 +409,32 @@ def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[Observation]:
     return obs
 
 
-def _slave_ahead(spark: SparkSession, records: DataFrame,
-                 obs: Sequence[tuple[int, int, int, int, int]]) -> DataFrame:
-    obs_df = F.broadcast(spark.createDataFrame(
-        obs, "run int, obs int, node int, lo long, hi long"))
-    # One condition over both sides, so it stays above the join (_inputs).
-    offset = F.when(~F.col("bad"), F.col("offset"))
-    inside = F.coalesce((offset >= F.col("lo")) & (offset < F.col("hi")), F.lit(False))
-    return (records.join(obs_df, ["run", "node"])
-            .groupBy("run", "obs").agg(F.count_if(inside).alias("messages")))
+def _ahead_table(spark: SparkSession, obs: Sequence[Observation]) -> DataFrame:
+    """Per run with slave_ahead observations, the k-th one's slave node and
+    gap as node_k, lo_k, hi_k (broadcast; null past the run's last)."""
+    by_run: dict[int, list[Observation]] = {}
+    for o in obs:
+        by_run.setdefault(o[0], []).append(o)
+    slots = max(len(v) for v in by_run.values())
+    rows = [(run, *[x for k in range(slots) for x in (
+        (v[k][2], v[k][3], v[k][4]) if k < len(v) else (None, None, None))])
+        for run, v in by_run.items()]
+    # Not null: see _read_large.
+    return F.broadcast(spark.createDataFrame(rows, ", ".join(
+        ["run int not null"] + [f"node_{k} int, lo_{k} long, hi_{k} long"
+                                for k in range(slots)])))
+
+
+def _slave_ahead(divergence: pd.DataFrame, obs: Sequence[Observation]) -> pd.DataFrame:
+    """(run, obs, messages) from the divergence branch's ahead{k} columns
+    (see _ahead_table for the order); a run without records has no row."""
+    counts = divergence.set_index("run")
+    rows, slot = [], 0
+    for i, (run, n, _, _, _) in enumerate(obs):
+        slot = slot + 1 if i and obs[i - 1][0] == run else 0
+        if run in counts.index:
+            rows.append((run, n, int(counts.at[run, f"ahead{slot}"])))
+    return pd.DataFrame(rows, columns=["run", "obs", "messages"])
 
 
 def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
@@ -447,15 +480,13 @@ def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
     history, records = _inputs(spark, runs)
     runs_df = _runs_table(spark, runs)
     max_nodes = max(len(r.nodes) for r in runs)
+    obs = _slave_ahead_obs(runs)
     branches = {
         "messages": _message_figures(history, records, runs_df, max_nodes),
-        "divergence": _divergence(records, max_nodes),
+        "divergence": _divergence(records, max_nodes, _ahead_table(spark, obs) if obs else None),
         "timeline": _timeline(history, runs_df),
         "latency": _latency(history),
     }
-    obs = _slave_ahead_obs(runs)
-    if obs:
-        branches["slave_ahead"] = _slave_ahead(spark, records, obs)
     tagged = [
         df.select(F.lit(kind).alias("kind"),
                   F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
@@ -475,8 +506,9 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     for row in union.collect():
         rows[row.kind].append(json.loads(row.payload))
     out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
-    if not obs:
-        out["slave_ahead"] = pd.DataFrame(columns=["run", "obs", "messages"])
+    out["slave_ahead"] = _slave_ahead(out["divergence"], obs)
+    out["divergence"] = out["divergence"].drop(
+        columns=[c for c in columns["divergence"] if c.startswith("ahead")])
     out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi"])
     for df in out.values():  # an empty branch has no types to infer
         df["run"] = df["run"].astype("int64")

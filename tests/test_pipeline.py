@@ -16,7 +16,7 @@ import pytest
 from pipeline_fixtures import T0, fault, make_run, op, rec, slave_ahead, spark  # noqa: F401
 
 from chaos import bench, promises
-from chaos.pipeline import NoRunsError, build_report, checker_query
+from chaos.pipeline import NoRunsError, _run_query, build_report, checker_query
 from chaos.runs import ALWAYS_MS, NEVER_MS, find_run_dirs, load_run, load_runs, void_until
 from chaos.schema import validate_run_dir
 from cluster import cli
@@ -409,6 +409,29 @@ def test_malformed_files_are_named_and_the_rest_reported(spark: Any,  # noqa: F8
     assert "## Runs left out" in md and "status 'MAYBE'" in md
 
 
+def test_slave_ahead_gaps_are_counted_per_observation(spark: Any,  # noqa: F811
+                                                      tmp_path: Any) -> None:
+    """Several slave_ahead observations in one run, on two slaves, one not
+    ahead: each gap counts the records of its own slave (the counts ride on
+    the divergence branch, one column per observation of a run)."""
+    root = str(tmp_path / "runs")
+    recs = [rec(i * 100, f"m{i + 1}") for i in range(5)]
+    make_run(root, "gaps", role="ASYNC_MASTER", flush="ASYNC_FLUSH", scenario="master-crash",
+             history=LOSS_HISTORY[:2], records={"m": recs[:2], "s": recs[:3], "t": recs},
+             observations=[slave_ahead(500, 300, 300), slave_ahead(1000, 200, 300),
+                           slave_ahead(2000, 200, 500, slave="t"),
+                           slave_ahead(3000, 100, 200, slave="t")])
+    make_run(root, "no-gap", role="ASYNC_MASTER", flush="ASYNC_FLUSH",
+             history=LOSS_HISTORY[:2], records={"m": recs[:2], "s": recs[:2]})
+    runs, _ = load_runs(find_run_dirs([root]))
+    ahead = _run_query(spark, runs)["slave_ahead"]
+    gaps = next(r.index for r in runs if r.run_id == "gaps")
+    assert sorted(ahead.values.tolist()) == [[gaps, 1, 1], [gaps, 2, 3], [gaps, 3, 1]]
+    v = build_report([root], str(tmp_path / "out")).verdicts.set_index("run_id")
+    assert v.loc["gaps", "slave_ahead_messages"] == 3 and v.loc["gaps", "slave_ahead_bytes"] == 300
+    assert v.loc["no-gap", "slave_ahead_messages"] == 0
+
+
 def test_load_run_names_a_bad_small_file(tmp_path: Any) -> None:
     run_dir = _good(str(tmp_path), "r")
     with open(os.path.join(run_dir, "faults.jsonl"), "w") as f:
@@ -496,3 +519,16 @@ def test_dlab_bench_pipeline_prints_its_ratio_last(spark: Any,  # noqa: F811
     assert figures["bench"] == "pipeline" and figures["runs"] == 4
     assert figures["history_rows"] == 400 and figures["ratio"] > 0
     assert os.listdir(tmp_path) == []  # the synthetic results are removed
+
+
+def test_dlab_bench_pipeline_reuse_keeps_and_reads_its_results_again(
+        spark: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    args = ["bench", "pipeline", "--runs", "2", "--ops", "20", "--workdir", str(tmp_path),
+            "--reuse"]
+    for reused in (False, True):
+        assert cli.main(args) == 0
+        figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert figures["reused"] is reused and figures["history_rows"] == 40
+        # Only the results are kept, and the reused ones are those generated.
+        assert os.listdir(tmp_path) == ["dlab-bench-pipeline-2x20"]
+        assert len(os.listdir(tmp_path / "dlab-bench-pipeline-2x20" / "runs")) == 2
