@@ -186,23 +186,49 @@ def scan(spark: Any, run_dirs: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def bench_pipeline(runs: int, ops: int, workdir: str, spark_master: str | None,
-                   keep: bool) -> dict[str, Any]:
+_COMPLETE = "complete"  # written last into a reusable results directory
+
+
+def reusable_results(workdir: str | None, runs: int, ops: int) -> tuple[str, list[str], float]:
+    """(directory, run directories, seconds generating) of the synthetic
+    results kept in `workdir` for this size: generated the first time, read
+    again later. Generation is deterministic (seeded by run index), so a
+    reused set is the one a fresh run would write."""
+    data = os.path.join(workdir or tempfile.gettempdir(), f"dlab-bench-pipeline-{runs}x{ops}")
+    runs_dir = os.path.join(data, "runs")
+    if os.path.exists(os.path.join(data, _COMPLETE)):
+        return data, sorted(os.path.join(runs_dir, d) for d in os.listdir(runs_dir)), 0.0
+    shutil.rmtree(data, ignore_errors=True)  # an interrupted generation
+    t0 = time.perf_counter()
+    dirs = generate(runs_dir, runs, ops)
+    generate_s = time.perf_counter() - t0
+    with open(os.path.join(data, _COMPLETE), "w", encoding="utf-8"):
+        pass
+    return data, dirs, generate_s
+
+
+def bench_pipeline(runs: int, ops: int, workdir: str | None, spark_master: str | None,
+                   keep: bool, reuse: bool = False) -> dict[str, Any]:
     from chaos.pipeline import build_report
     from chaos.progress import ConsoleProgress
     from chaos.spark_session import spark_session
 
     root = tempfile.mkdtemp(prefix="dlab-bench-pipeline-", dir=workdir)
     try:
-        t0 = time.perf_counter()
-        dirs = generate(os.path.join(root, "runs"), runs, ops)
-        generate_s = time.perf_counter() - t0
+        if reuse:
+            data, dirs, generate_s = reusable_results(workdir, runs, ops)
+            runs_root = os.path.join(data, "runs")
+        else:
+            t0 = time.perf_counter()
+            runs_root = os.path.join(root, "runs")
+            dirs = generate(runs_root, runs, ops)
+            generate_s = time.perf_counter() - t0
         size = sum(os.path.getsize(os.path.join(r, f)) for d in dirs
                    for r, _, fs in os.walk(d) for f in fs)
         with spark_session(spark_master) as spark:
             scan_before = scan(spark, dirs)
             t0 = time.perf_counter()
-            summary = build_report([os.path.join(root, "runs")], os.path.join(root, "report"),
+            summary = build_report([runs_root], os.path.join(root, "report"),
                                    spark_master, progress=ConsoleProgress())
             pipeline_s = time.perf_counter() - t0
             scan_after = scan(spark, dirs)
@@ -219,7 +245,7 @@ def bench_pipeline(runs: int, ops: int, workdir: str, spark_master: str | None,
         "scan_before_s": round(scan_before, 2), "scan_after_s": round(scan_after, 2),
         "pipeline_s": round(pipeline_s, 2), "ratio": round(pipeline_s / baseline, 3),
         "goal": "<= 3", "violations": summary.violations,
-        "kept": root if keep else None,
+        "kept": root if keep else None, "reused": reuse and generate_s == 0.0,
     }
 
 
@@ -228,10 +254,11 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if args.runs < 1 or args.ops < 10:
         raise UserError("--runs must be at least 1 and --ops at least 10")
-    figures = bench_pipeline(args.runs, args.ops, args.workdir, args.spark_master, args.keep)
+    figures = bench_pipeline(args.runs, args.ops, args.workdir, args.spark_master, args.keep,
+                             args.reuse)
     print(f"pipeline: {figures['runs']:,} runs x {figures['ops_per_run']:,} operations "
           f"({figures['input_bytes'] / 2**20:,.0f} MiB of JSON Lines)")
-    rows = [("generate", f"{figures['generate_s']:.1f} s"),
+    rows = [("generate", "reused" if figures["reused"] else f"{figures['generate_s']:.1f} s"),
             ("plain Spark scan (baseline)", f"{figures['scan_s']:.1f} s  (before "
              f"{figures['scan_before_s']:.1f} s, after {figures['scan_after_s']:.1f} s)"),
             ("report pipeline", f"{figures['pipeline_s']:.1f} s"),
@@ -257,4 +284,8 @@ def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse.
                    help="where the synthetic results go (default: the system temp dir)")
     p.add_argument("--spark-master", metavar="URL", default=None)
     p.add_argument("--keep", action="store_true", help="keep the results and the report")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the synthetic results in WORKDIR/dlab-bench-pipeline-RUNSxOPS and "
+                        "reuse them in later runs of the same size (delete that directory "
+                        "when done)")
     p.set_defaults(handler=cmd_pipeline)
