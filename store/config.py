@@ -40,6 +40,12 @@ class StoreConfig:
     flush_least_pages: int = 4
     page_size_bytes: int = 4 * KIB
     flush_thorough_interval_ms: int = 10_000
+    # RocketMQ's flushCommitLogTimed (default false): when false, an append
+    # that leaves flush_least_pages dirty wakes the ASYNC_FLUSH flusher at once
+    # (CommitLog.handleDiskFlush calls flushCommitLogService.wakeup()), and
+    # flush_interval_ms is only the longest wait; when true the flusher runs
+    # strictly every flush_interval_ms.
+    flush_timed: bool = False
     sync_flush_timeout_ms: int = 5_000
     store_host: tuple[str, int] = ("127.0.0.1", 0)
 

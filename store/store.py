@@ -180,6 +180,8 @@ class MessageStore:
         self._closing = False
         self._closed = False
         self._group: _GroupCommit | None = None
+        self._flush_wakeup: asyncio.Event | None = None  # ASYNC_FLUSH, not flush_timed
+        self._least_dirty = config.flush_least_pages * config.page_size_bytes
         self._open_batch: _PutBatch | None = None
         # A cap on coalesced puts, so that under load several flush groups
         # are in flight: one group's fsync runs while the next is encoded.
@@ -280,6 +282,8 @@ class MessageStore:
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
             self._group = _GroupCommit(self.log, loop)
         else:
+            if not self.config.flush_timed:
+                self._flush_wakeup = asyncio.Event()
             self._tasks.append(loop.create_task(self._interval_flush()))
         self._tasks.append(loop.create_task(self._checkpoint_sync()))
 
@@ -290,8 +294,15 @@ class MessageStore:
         cfg = self.config
         least = cfg.flush_least_pages * cfg.page_size_bytes
         last_thorough = self.clock.monotonic()
+        wakeup = self._flush_wakeup
         while not self._closing:
-            await asyncio.sleep(cfg.flush_interval_ms / 1000)
+            if wakeup is None:
+                await asyncio.sleep(cfg.flush_interval_ms / 1000)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(cfg.flush_interval_ms / 1000):
+                        await wakeup.wait()
+                wakeup.clear()
             now = self.clock.monotonic()
             thorough = now - last_thorough >= cfg.flush_thorough_interval_ms / 1000
             dirty = self.log.dirty_bytes
@@ -317,6 +328,9 @@ class MessageStore:
                     for _ in messages]
         results = self.log.append(messages)
         self.failpoints.hit("after_append_before_flush")
+        wakeup = self._flush_wakeup
+        if wakeup is not None and self.log.dirty_bytes >= self._least_dirty:
+            wakeup.set()
         return results
 
     async def wait_flushed(self, end: int) -> PutStatus:
