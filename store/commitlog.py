@@ -128,6 +128,7 @@ class CommitLog:
         self._p_data: list[bytes] = []
         self._head = 0
         self._last_ts = last_store_timestamp_ms
+        self._host_field = _host_field(config.store_host)
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -215,7 +216,7 @@ class CommitLog:
                 if now < self._last_ts:
                     now = self._last_ts  # store timestamps never go backwards
                 host = self.config.store_host
-                host_field = _host_field(host)
+                host_field = self._host_field
                 qo = self._queue_offsets
                 native = native_codec.encode_run
                 i = 0
