@@ -225,7 +225,7 @@ class HASlave:
         if self._flush_task is not None:
             with contextlib.suppress(Exception):
                 await self._flush_task
-        self.log.truncate_to(decision.offset)
+        self.store.truncate_to(decision.offset)
         session.truncated(decision.offset)
         self.link.truncations += 1
 

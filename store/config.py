@@ -47,6 +47,14 @@ class StoreConfig:
     # strictly every flush_interval_ms.
     flush_timed: bool = False
     sync_flush_timeout_ms: int = 5_000
+    # ConsumeQueue files hold this many 20-byte units (RocketMQ:
+    # mappedFileSizeConsumeQueue = 300,000 units); flushed every
+    # consume_queue_flush_interval_ms (flushIntervalConsumeQueue).
+    consume_queue_file_units: int = 300_000
+    consume_queue_flush_interval_ms: int = 1_000
+    # The consumer offset table is persisted this often (RocketMQ's
+    # flushConsumerOffsetInterval) and at a clean close, never on a crash.
+    consumer_offset_persist_interval_ms: int = 5_000
     store_host: tuple[str, int] = ("127.0.0.1", 0)
 
     def validate(self) -> StoreConfig:
@@ -72,6 +80,11 @@ class StoreConfig:
             "flush_thorough_interval_ms must be at least flush_interval_ms",
         )
         need(self.sync_flush_timeout_ms >= 1, "sync_flush_timeout_ms must be at least 1")
+        need(self.consume_queue_file_units >= 1, "consume_queue_file_units must be at least 1")
+        need(self.consume_queue_flush_interval_ms >= 1,
+             "consume_queue_flush_interval_ms must be at least 1")
+        need(self.consumer_offset_persist_interval_ms >= 1,
+             "consumer_offset_persist_interval_ms must be at least 1")
         need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
         return self

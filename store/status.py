@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from store.record import Record
 
 
 class PutStatus(enum.StrEnum):
@@ -56,3 +59,31 @@ class PutResult(NamedTuple):
     @property
     def end(self) -> int:
         return self.offset + self.size
+
+
+class GetMessageStatus(enum.StrEnum):
+    """Mirrors RocketMQ's GetMessageStatus for a pull from one queue."""
+
+    FOUND = "FOUND"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue has no consumable message
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such topic/queue
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # before the queue's first message
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # exactly at the end: nothing new yet
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past the end
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # a unit without its record
+
+
+class QueuedMessage(NamedTuple):
+    """One pulled message: its queue offset, where its record is, the record."""
+
+    queue_offset: int
+    commitlog_offset: int
+    record: Record
+
+
+class GetMessagesResult(NamedTuple):
+    status: GetMessageStatus
+    messages: list[QueuedMessage]
+    next_offset: int  # where the consumer should pull next
+    min_offset: int
+    max_offset: int  # the consumable end (records up to confirmed_offset())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import mmap
 import os
 import threading
@@ -28,13 +29,22 @@ from typing import Any
 from store.checkpoint import CheckpointFile, read_checkpoint
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segments
-from store.config import ConfigError, FlushMode, StoreConfig
+from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
+from store.consumequeue import ConsumeQueues, DispatchError
+from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.failpoints import DISARMED, Failpoints
 from store.lock import StoreLock, StoreLockedError
-from store.record import Message
+from store.record import CorruptRecordError, Message
 from store.recovery import RecoveryPlan, plan_recovery
+from store.reput import units as reput_units
 from store.segments import fsync_dir, list_segments
-from store.status import PutResult, PutStatus
+from store.status import (
+    GetMessagesResult,
+    GetMessageStatus,
+    PutResult,
+    PutStatus,
+    QueuedMessage,
+)
 
 __all__ = ["MessageStore", "StoreOpenError", "StoreLockedError", "ConfigError"]
 
@@ -269,11 +279,39 @@ class MessageStore:
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
                 plan.last_store_timestamp_ms or 0, failpoints,
             )
+            queues = ConsumeQueues(path, file_units=config.consume_queue_file_units,
+                                   write_through=config.crash_model == CrashModel.PROCESS)
+            queues.load(log.wrote, lambda: failpoints.hit("consume_queue_truncate"))
+            try:
+                offsets = ConsumerOffsetTable.load(os.path.join(path, "config"))
+            except OffsetTableError as exc:
+                raise StoreOpenError(str(exc)) from None
+            notes = queues.notes + ([offsets.note] if offsets.note else [])
+            if notes:
+                report = dataclasses.replace(report, problems=report.problems + notes)
         except BaseException:
             for s in segments:
                 s.close()
             raise
-        return cls(path, config, log, lock, report, clock, failpoints)
+        store = cls(path, config, log, lock, report, clock, failpoints)
+        store._attach_queues(queues, offsets)
+        return store
+
+    def _attach_queues(self, queues: ConsumeQueues, offsets: ConsumerOffsetTable) -> None:
+        """Re-dispatch what recovery left without units, then let QUEUEOFFSET
+        continue from the queues (they survive restarts; memory does not)."""
+        self.queues = queues
+        self.consumer_offsets = offsets
+        self._reput_at = queues.reput_start(self.log.min_offset)
+        try:
+            self.reput()
+        except (DispatchError, CorruptRecordError) as exc:
+            self.log.close()
+            raise StoreOpenError(f"rebuilding the consume queues of {self.path} failed: {exc}; "
+                                 "remove its consumequeue/ directory to rebuild them from the "
+                                 "CommitLog") from None
+        with self.log._lock:
+            self.log._queue_offsets = {k: q.count for k, q in queues.queues.items()}
 
     # --------------------------------------------------------------- service
     async def start(self) -> None:
@@ -286,6 +324,94 @@ class MessageStore:
                 self._flush_wakeup = asyncio.Event()
             self._tasks.append(loop.create_task(self._interval_flush()))
         self._tasks.append(loop.create_task(self._checkpoint_sync()))
+        self._tasks.append(loop.create_task(self._consume_side_service()))
+
+    async def _consume_side_service(self) -> None:
+        """Dispatch and flush the consume queues every
+        consume_queue_flush_interval_ms; persist the consumer offset table
+        every consumer_offset_persist_interval_ms (when it changed)."""
+        cfg = self.config
+        last_persist = self.clock.monotonic()
+        while not self._closing:
+            await asyncio.sleep(cfg.consume_queue_flush_interval_ms / 1000)
+            self.reput()
+            await self._run(self.queues.flush)
+            now = self.clock.monotonic()
+            if (self.consumer_offsets.dirty
+                    and now - last_persist >= cfg.consumer_offset_persist_interval_ms / 1000):
+                last_persist = now
+                await self._run(self.consumer_offsets.persist)
+
+    # ------------------------------------------------------------ consume side
+    def reput(self) -> None:
+        """Dispatch every record appended since the last call into its
+        ConsumeQueue (RocketMQ's ReputMessageService; off the put path)."""
+        end = self.log.wrote
+        pos = self._reput_at
+        while pos < end:
+            data, nxt = self.log.read_range(pos, 1 << 20)
+            if nxt <= pos:
+                break
+            self.queues.dispatch(reput_units(data, pos))
+            pos = nxt
+        self._reput_at = pos
+
+    def confirmed_offset(self) -> int:
+        """How far consumers may read: `flushed` under SYNC_FLUSH, so nothing
+        a crash can still take is ever consumed (apache/rocketmq#8239);
+        `wrote` otherwise, as RocketMQ."""
+        if self.config.flush_mode == FlushMode.SYNC_FLUSH:
+            return self.log.flushed
+        return self.log.wrote
+
+    def topic_queues(self) -> dict[str, list[int]]:
+        self.reput()
+        out: dict[str, list[int]] = {}
+        for topic, qid in sorted(self.queues.queues):
+            out.setdefault(topic, []).append(qid)
+        return out
+
+    def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, consumable max) of one queue; (0, 0) for an unknown one."""
+        self.reput()
+        q = self.queues.get(topic, queue_id)
+        return (0, 0) if q is None else (0, q.consumable(self.confirmed_offset()))
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32
+                     ) -> GetMessagesResult:
+        """Up to `max_count` messages of one queue from queue offset `offset`,
+        only those whose record ends at or before confirmed_offset(). Statuses
+        and next offsets as RocketMQ's DefaultMessageStore.getMessage."""
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        self.reput()
+        q = self.queues.get(topic, queue_id)
+        if q is None:
+            return GetMessagesResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        low, high = 0, q.consumable(self.confirmed_offset())
+        if high == 0:
+            return GetMessagesResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high)
+        if offset < low:
+            return GetMessagesResult(GetMessageStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset == high:
+            return GetMessagesResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+        if offset > high:
+            return GetMessagesResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
+        found: list[QueuedMessage] = []
+        for i in range(offset, min(high, offset + max_count)):
+            cl_offset, _size, _tag = q.unit(i)
+            found.append(QueuedMessage(i, cl_offset, self.log.read_record(cl_offset)))
+        return GetMessagesResult(GetMessageStatus.FOUND, found, offset + len(found), low, high)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the CommitLog from `offset` on and every unit pointing there,
+        durably (a slave told to truncate to its master's offset)."""
+        self.reput()  # every record before the cut has its unit: counts stay right
+        self.log.truncate_to(offset)
+        self.queues.truncate_after(offset, lambda: self.failpoints.hit("consume_queue_truncate"))
+        self._reput_at = min(self._reput_at, offset)
+        with self.log._lock:
+            self.log._queue_offsets = {k: q.count for k, q in self.queues.queues.items()}
 
     async def _run(self, fn: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -447,6 +573,7 @@ class MessageStore:
             "flush_mode": self.config.flush_mode.value,
             "segment_size_bytes": self.config.segment_size_bytes,
             "failed": pos.failed,
+            "consume_queue_error": self.queues.write_error,
             "recovery": asdict(self.recovery),
         }
 
@@ -491,11 +618,15 @@ class MessageStore:
         try:
             self.log.flush()
             self.log.sync_checkpoint()
-            clean = True
+            self.reput()
+            self.queues.flush()  # a failure is kept in queues.write_error
+            self.consumer_offsets.persist()
+            clean = self.queues.write_error is None
         except (StoreFailedError, OSError):
             clean = False
         finally:
             self.log.close()
+            self.queues.close()
             if clean:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.path, "abort"))

@@ -32,7 +32,9 @@ FAST = (
 )
 # A node that never flushes by itself (until a clean stop): what a power
 # cut would lose is everything it holds.
-NO_FLUSH = ("--flush-interval-ms", "600000", "--flush-thorough-interval-ms", "600000")
+# (No interval flush, and no wake-up by appends: that needs flush_least_pages.)
+NO_FLUSH = ("--flush-interval-ms", "600000", "--flush-thorough-interval-ms", "600000",
+            "--flush-least-pages", "1000000")
 
 
 def spec(directory: str, *, role: Role = Role.SYNC_MASTER, flush: str = "ASYNC_FLUSH",

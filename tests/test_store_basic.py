@@ -296,7 +296,7 @@ def test_truncate_to_cuts_pending_and_flushed_bytes_for_good(
         second = s.log.append([message(i) for i in range(150, 400)])  # pending, rolls a segment
         assert s.log.flushed == first[-1].end < second[-1].end == s.log.wrote
         cut = second[100].offset  # inside the pending batch
-        s.log.truncate_to(cut)
+        s.truncate_to(cut)
         assert s.log.wrote == s.log.flushed == cut
         s.log.append([message(i, prefix="n") for i in range(5)])
         s.log.flush()

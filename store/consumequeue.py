@@ -1,0 +1,361 @@
+"""ConsumeQueue: the per-(topic, queue id) index consumers read through.
+
+Layout (RocketMQ's): `<store root>/consumequeue/<topic>/<queue id>/` holds
+fixed-size files named by the 20-digit byte offset of their first unit within
+the queue. A unit is 20 bytes, big-endian:
+
+    0  8  commitlog offset of the record
+    8  4  record size
+   12  8  tag hash (Java String.hashCode of the TAGS property; 0 without tags)
+
+Unit i is the message at QUEUEOFFSET i; its bytes sit at i * 20.
+
+The queues are derived data: every unit is rebuilt from the CommitLog by
+dispatch (`ConsumeQueues.dispatch`, fed by `store.reput`). So a unit is never
+more durable than its record, and recovery:
+  1. loads each queue up to its last valid unit (offset >= 0 and size > 0, as
+     RocketMQ), stopping at one that points past the recovered CommitLog
+     (RocketMQ's truncateDirtyLogicFiles);
+  2. cuts everything after it crash-safely: the first dropped unit is zeroed
+     and synced BEFORE the file is shortened and later files removed, so a
+     crash mid-cut leaves a zero unit that stops the next scan (and the next
+     recovery finishes the cut) — a cut tail never comes back;
+  3. lets the store re-dispatch records from `reput_start()`: no queue can
+     lack a unit for a record before it (units of a queue are contiguous and
+     ordered by commitlog offset; see the method), and dispatch skips units it
+     already holds, so nothing is duplicated.
+
+Crash model, as the CommitLog's: under `power`, units not yet flushed live
+only in memory and reach the files at flush (write + fsync); under `process`,
+they are written at dispatch and flush only fsyncs.
+
+All units are also kept in memory (compact arrays), so reads never touch the
+files; the files are for recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from array import array
+from collections.abc import Callable, Iterable
+
+from store.segments import fsync_dir
+
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = UNIT.size  # 20
+assert UNIT_SIZE == 20
+DIR_NAME = "consumequeue"
+log = logging.getLogger("dlab.store.consumequeue")
+
+
+class DispatchError(RuntimeError):
+    """A record's QUEUEOFFSET does not fit its queue (a gap, or a different
+    record already at that index): the CommitLog and its index disagree."""
+
+
+def tags_hash(tags: str | None) -> int:
+    """RocketMQ's tagsString2tagsCode: Java String.hashCode (UTF-16 code
+    units, 32-bit signed), 0 for no tags."""
+    if not tags:
+        return 0
+    h = 0
+    raw = tags.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(raw), 2):
+        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _name(start_byte: int) -> str:
+    return f"{start_byte:020d}"
+
+
+class ConsumeQueue:
+    """One queue's units: in memory, and in its files up to `_written`."""
+
+    def __init__(self, directory: str, topic: str, queue_id: int, *, file_units: int,
+                 write_through: bool) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_units = file_units
+        self.write_through = write_through
+        self.offsets = array("q")
+        self.sizes = array("i")
+        self.tags = array("q")
+        self._written = 0  # units [0, _written) are in the files (maybe not synced)
+        self._synced = 0  # units [0, _synced) are fsynced
+        self._fds: dict[int, int] = {}
+
+    # ------------------------------------------------------------- basics
+    @property
+    def count(self) -> int:
+        """Units held: the next QUEUEOFFSET of this queue."""
+        return len(self.offsets)
+
+    def unit(self, index: int) -> tuple[int, int, int]:
+        return self.offsets[index], self.sizes[index], self.tags[index]
+
+    def consumable(self, confirmed: int) -> int:
+        """How many units point at records that end at or before `confirmed`
+        (units are ordered by commitlog offset, so a binary search)."""
+        lo, hi = 0, len(self.offsets)
+        offsets, sizes = self.offsets, self.sizes
+        if hi == 0 or offsets[hi - 1] + sizes[hi - 1] <= confirmed:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if offsets[mid] + sizes[mid] <= confirmed:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def last_end(self) -> int | None:
+        n = len(self.offsets)
+        return None if n == 0 else self.offsets[n - 1] + self.sizes[n - 1]
+
+    # ----------------------------------------------------------- dispatch
+    def dispatch(self, queue_offset: int, offset: int, size: int, tag: int) -> bool:
+        """Add the unit for one record. False when it is already there (a
+        re-dispatch after recovery); DispatchError on a gap or a conflict."""
+        n = len(self.offsets)
+        if queue_offset < n:
+            if self.offsets[queue_offset] == offset and self.sizes[queue_offset] == size:
+                return False
+            raise DispatchError(
+                f"{self.topic}/{self.queue_id}: unit {queue_offset} points at "
+                f"{self.offsets[queue_offset]}, the record at {offset} claims it")
+        if queue_offset > n:
+            raise DispatchError(
+                f"{self.topic}/{self.queue_id}: record at {offset} has QUEUEOFFSET "
+                f"{queue_offset} but the queue holds {n} units (a gap)")
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.tags.append(tag)
+        return True
+
+    # -------------------------------------------------------------- files
+    def _fd(self, file_index: int) -> int:
+        fd = self._fds.get(file_index)
+        if fd is None:
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, _name(file_index * self.file_units * UNIT_SIZE))
+            existed = os.path.exists(path)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fds[file_index] = fd
+            if not existed:
+                fsync_dir(self.directory)
+        return fd
+
+    def write_pending(self) -> set[int]:
+        """Write units not yet in the files; returns the file indexes touched."""
+        touched: set[int] = set()
+        i, n = self._written, len(self.offsets)
+        while i < n:
+            f = i // self.file_units
+            end = min(n, (f + 1) * self.file_units)
+            buf = b"".join(UNIT.pack(self.offsets[j], self.sizes[j], self.tags[j])
+                           for j in range(i, end))
+            os.pwrite(self._fd(f), buf, (i - f * self.file_units) * UNIT_SIZE)
+            touched.add(f)
+            i = end
+        self._written = n
+        return touched
+
+    def flush(self) -> None:
+        touched = self.write_pending()
+        if self._synced < self._written:
+            first = self._synced // self.file_units
+            for f in sorted(touched | {first}):
+                if f in self._fds:
+                    os.fdatasync(self._fds[f])
+        self._synced = self._written
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    # ----------------------------------------------------------- recovery
+    def load(self, commitlog_end: int, on_cut: Callable[[], None]) -> str | None:
+        """Read the files, keep units up to the last valid one, cut the rest
+        crash-safely. Returns a note when something was cut, else None."""
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        span = self.file_units * UNIT_SIZE
+        starts = [int(n) for n in names]
+        note = None
+        stop_reason = None
+        for k, start in enumerate(starts):
+            if start != k * span:
+                stop_reason = f"file {_name(start)} out of sequence"
+                break
+            with open(os.path.join(self.directory, _name(start)), "rb") as f:
+                data = f.read(span)
+            ok = True
+            for offset, size, tag in UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE]):
+                if offset < 0 or size <= 0:
+                    ok = False
+                    if offset or size or tag:
+                        stop_reason = f"invalid unit {len(self.offsets)}"
+                    break
+                if offset + size > commitlog_end:
+                    ok = False
+                    stop_reason = (f"unit {len(self.offsets)} points past the CommitLog end "
+                                   f"{commitlog_end}")
+                    break
+                self.offsets.append(offset)
+                self.sizes.append(size)
+                self.tags.append(tag)
+            if not ok or len(data) < span:
+                break
+        self._written = self._synced = len(self.offsets)
+        if self._cut_needed(starts, span):
+            self._cut(starts, span, on_cut)
+            note = (f"{self.topic}/{self.queue_id}: units from {len(self.offsets)} dropped"
+                    + (f" ({stop_reason})" if stop_reason else ""))
+        return note
+
+    def _cut_needed(self, starts: list[int], span: int) -> bool:
+        """Whether anything beyond the kept units is on disk: a later (or
+        misnamed) file, or bytes after the last kept unit in its file."""
+        n = len(self.offsets)
+        keep_file, at = divmod(n, self.file_units)
+        for start in starts:
+            k, rem = divmod(start, span)
+            if rem or k > keep_file:
+                return True
+            if k == keep_file:
+                size = os.path.getsize(os.path.join(self.directory, _name(start)))
+                if size > at * UNIT_SIZE:
+                    return True
+        return False
+
+    def _cut(self, starts: list[int], span: int, on_cut: Callable[[], None]) -> None:
+        n = len(self.offsets)
+        keep_file = n // self.file_units
+        at = (n - keep_file * self.file_units) * UNIT_SIZE
+        path = os.path.join(self.directory, _name(keep_file * span))
+        if os.path.exists(path):
+            fd = os.open(path, os.O_RDWR)
+            try:
+                if os.path.getsize(path) > at:
+                    # Zero the first dropped unit durably first: from here on a
+                    # crash leaves a stop mark, never a readable tail.
+                    os.pwrite(fd, bytes(UNIT_SIZE), at)
+                    os.fdatasync(fd)
+                    on_cut()
+                    os.ftruncate(fd, at)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        for start in starts:
+            if start // span > keep_file or start % span:
+                os.unlink(os.path.join(self.directory, _name(start)))
+        fsync_dir(self.directory)
+
+    def truncate_after(self, commitlog_offset: int, on_cut: Callable[[], None]) -> None:
+        """Drop units whose record ends past `commitlog_offset` (a slave
+        truncating its log), memory and files, crash-safely."""
+        keep = self.consumable(commitlog_offset)
+        if keep == len(self.offsets):
+            return
+        self.flush()
+        del self.offsets[keep:], self.sizes[keep:], self.tags[keep:]
+        self._written = self._synced = keep
+        self.close()
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        self._cut([int(n) for n in names], self.file_units * UNIT_SIZE, on_cut)
+
+
+class ConsumeQueues:
+    """Every queue of one store."""
+
+    def __init__(self, root: str, *, file_units: int, write_through: bool) -> None:
+        self.root = os.path.join(root, DIR_NAME)
+        self.file_units = file_units
+        self.write_through = write_through
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.notes: list[str] = []
+        self.write_error: str | None = None
+
+    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+        q = ConsumeQueue(os.path.join(self.root, topic, str(queue_id)), topic, queue_id,
+                         file_units=self.file_units, write_through=self.write_through)
+        self.queues[(topic, queue_id)] = q
+        return q
+
+    def load(self, commitlog_end: int, on_cut: Callable[[], None]) -> None:
+        if not os.path.isdir(self.root):
+            return
+        for topic in sorted(os.listdir(self.root)):
+            tdir = os.path.join(self.root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.lstrip("-").isdigit() or not os.path.isdir(os.path.join(tdir, qid)):
+                    self.notes.append(f"ignored {os.path.join(topic, qid)}: not a queue directory")
+                    continue
+                note = self._new(topic, int(qid)).load(commitlog_end, on_cut)
+                if note:
+                    self.notes.append(note)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def dispatch(self, units: Iterable[tuple[str, int, int, int, int, int]]) -> int:
+        """(topic, queue_id, queue_offset, offset, size, tag) per record, in
+        commitlog order. Returns how many units were added."""
+        added = 0
+        queues = self.queues
+        for topic, qid, qo, offset, size, tag in units:
+            q = queues.get((topic, qid))
+            if q is None:
+                q = self._new(topic, qid)
+            added += q.dispatch(qo, offset, size, tag)
+        if self.write_through:
+            self._guarded(lambda: [q.write_pending() for q in queues.values()
+                                   if q._written < q.count])
+        return added
+
+    def _guarded(self, fn: Callable[[], object]) -> None:
+        """Run a file write of the queues. A failure (a full disk) is kept
+        as `write_error` and logged, never raised: the units stay in memory
+        for reads, later flushes retry, and recovery rebuilds whatever the
+        files lack from the CommitLog (see reput_start)."""
+        try:
+            fn()
+        except OSError as exc:
+            if self.write_error is None:
+                log.warning("consume queue write failed (%s); the queues are rebuilt from "
+                            "the CommitLog at the next open", exc)
+            self.write_error = f"consume queue write failed: {exc}"
+        else:
+            self.write_error = None
+
+    def reput_start(self, commitlog_min: int) -> int:
+        """Where re-dispatch must start so that every record gets its unit.
+        A record lacking a unit lies after its own queue's last unit (a
+        queue's units are contiguous and ordered), so after the smallest
+        such end — or, for a queue with no unit at all, after the last queue
+        flush, which no queue's last end can exceed under `power` (units
+        after it were lost with memory) and which loses nothing under
+        `process` (units reach the OS at dispatch)."""
+        ends = [e for q in self.queues.values() if (e := q.last_end()) is not None]
+        return min(ends) if ends else commitlog_min
+
+    def flush(self) -> None:
+        def flush_all() -> None:
+            for q in self.queues.values():
+                q.flush()
+
+        self._guarded(flush_all)
+
+    def truncate_after(self, commitlog_offset: int, on_cut: Callable[[], None]) -> None:
+        for q in self.queues.values():
+            q.truncate_after(commitlog_offset, on_cut)
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.close()
