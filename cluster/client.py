@@ -277,7 +277,7 @@ def status_to_dict(st: broker_pb2.NodeStatus) -> dict[str, Any]:
     d = MessageToDict(st, preserving_proto_field_name=True,
                       always_print_fields_with_no_presence=True)
     _ints(d)
-    for key in ("recovery_json", "config_json"):
+    for key in ("recovery_json", "config_json", "consume_json"):
         raw = d.pop(key, "")
         d[key.removesuffix("_json")] = json.loads(raw) if raw else {}
     if not st.HasField("master"):

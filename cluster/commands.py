@@ -72,6 +72,7 @@ def address(text: str) -> str:
 def register(sub: Any, bench_sub: Any) -> None:
     _register_node(sub)
     _register_send(sub)
+    _register_consume(sub)
     _register_cluster(sub)
 
 
@@ -112,6 +113,13 @@ def _register_node(sub: Any) -> None:
     g.add_argument("--ha-housekeeping-ms", type=positive_int, default=20_000)
     g.add_argument("--ha-reconnect-min-ms", type=positive_int, default=100)
     g.add_argument("--ha-reconnect-max-ms", type=positive_int, default=5_000)
+    g.add_argument("--consume-queue-flush-ms", type=positive_int, default=1_000,
+                   help="how often the consume queues are flushed (default 1000)")
+    g.add_argument("--consumer-offset-persist-ms", type=positive_int, default=5_000,
+                   help="how often the consumer offset table is persisted (default 5000); "
+                        "offsets committed since are lost by a crash")
+    g.add_argument("--consumer-offset-sync-ms", type=positive_int, default=10_000,
+                   help="how often a slave copies its master's offset table (default 10000)")
     p.add_argument("--log-file", help="also append the log to this file")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     p.set_defaults(handler=cmd_node)
@@ -134,6 +142,8 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         flush_thorough_interval_ms=max(args.flush_thorough_interval_ms, args.flush_interval_ms),
         flush_least_pages=args.flush_least_pages,
         sync_flush_timeout_ms=args.sync_flush_timeout_ms,
+        consume_queue_flush_interval_ms=args.consume_queue_flush_ms,
+        consumer_offset_persist_interval_ms=args.consumer_offset_persist_ms,
     )
     ha = HAConfig(
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
@@ -145,7 +155,8 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
     )
     return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir, token=token,
                       listen=args.listen, master=args.master, store=store, ha=ha,
-                      failpoints=args.failpoints).validate()
+                      failpoints=args.failpoints,
+                      consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms).validate()
 
 
 NODE_SWITCH_INTERVAL_S = 0.0005
@@ -253,6 +264,79 @@ def cmd_send(args: argparse.Namespace) -> int:
         print(f"dlab: error: the node refused the token: {auth[0].detail}", file=sys.stderr)
         return 2
     return 0 if counts.get("INDETERMINATE", 0) < len(report.outcomes) else 1
+
+
+# --------------------------------------------------------------- consume
+def _register_consume(sub: Any) -> None:
+    p = sub.add_parser(
+        "consume", help="pull a topic's messages as a consumer group and commit offsets",
+        description="Pull every queue of a topic, print one line per message (or a count), and "
+        "commit the group's offsets every --commit-interval-ms: to the broker in cluster mode "
+        "(RocketMQ's default), to --offset-file in broadcast mode. At-least-once: a consumer "
+        "killed between commits gets the messages after its last commit again.",
+        epilog="example: dlab consume --dir /tmp/c1 --group g1 --topic dlab-load --idle-exit 2",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
+                                     "(reads from its master, then its slaves; token from "
+                                     "DIR/token)")
+    where.add_argument("--from", dest="targets", type=address, action="append",
+                       help="a node's HOST:PORT, master first (repeat for slaves; needs "
+                            "--token-file)")
+    p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
+    p.add_argument("--group", required=True, help="the consumer group")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--mode", choices=["cluster", "broadcast"], default="cluster",
+                   help="where offsets live: the broker (cluster) or --offset-file (broadcast)")
+    p.add_argument("--offset-file", help="broadcast mode's local offset file")
+    p.add_argument("--commit-interval-ms", type=positive_int, default=5_000,
+                   help="how often offsets are committed (default 5000, RocketMQ's)")
+    p.add_argument("--max", type=positive_int, help="stop after this many messages")
+    p.add_argument("--idle-exit", type=non_negative_float, default=None,
+                   help="stop after this many seconds without a message")
+    p.add_argument("--count-only", action="store_true", help="print only the total")
+    p.set_defaults(handler=cmd_consume)
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from cluster.auth import TokenError, read_token_file
+    from cluster.client import cluster_target
+    from cluster.consumer import Consumer, ConsumerError, Delivery
+
+    if args.mode == "broadcast" and not args.offset_file:
+        raise UserError("--mode broadcast keeps offsets in a local file: add --offset-file FILE")
+    if args.max is None and args.idle_exit is None:
+        raise UserError("give --max N or --idle-exit SECONDS so the consumer knows when to stop")
+    try:
+        if args.dir:
+            target = cluster_target(args.dir)
+            master = target.master_address
+            targets = [master] + [a for a in target.addresses.values() if a != master]
+            token = read_token_file(args.token_file) if args.token_file else target.token
+        else:
+            if not args.token_file:
+                raise UserError("--from needs --token-file (the cluster's DIR/token)")
+            targets, token = args.targets, read_token_file(args.token_file)
+    except (TokenError, FileNotFoundError) as exc:
+        raise UserError(str(exc)) from None
+
+    def show(d: Delivery) -> None:
+        if not args.count_only:
+            print(f"{d.queue_id}\t{d.queue_offset}\t{d.commitlog_offset}\t{d.msg_id}\t"
+                  f"{len(d.body)}B\t{d.node_role}", flush=True)
+
+    async def go() -> int:
+        async with Consumer(targets, token=token, group=args.group, topic=args.topic,
+                            mode=args.mode, commit_interval_ms=args.commit_interval_ms,
+                            offset_file=args.offset_file) as c:
+            return await c.run(show, max_messages=args.max, idle_exit_s=args.idle_exit)
+
+    try:
+        n = asyncio.run(go())
+    except ConsumerError as exc:
+        raise UserError(str(exc)) from None
+    print(f"consumed {n} message(s) from {args.topic} as group {args.group}", file=sys.stderr)
+    return 0
 
 
 # --------------------------------------------------------------- cluster

@@ -27,14 +27,15 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from cluster import consume_service
 from cluster.auth import TokenInterceptor
 from cluster.backend import Role
 from cluster.guards import MalformedRequestInterceptor
@@ -52,6 +53,7 @@ from store.store import MessageStore
 
 log = logging.getLogger("dlab.node")
 
+_R = TypeVar("_R")
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 MAX_READ_BYTES = 16 * 1024 * 1024
@@ -70,6 +72,9 @@ class NodeConfig:
     ha: HAConfig = field(default_factory=HAConfig)
     failpoints: str = ""
     shutdown_grace_s: float = 2.0
+    # A slave copies its master's consumer offset table this often
+    # (RocketMQ's SlaveSynchronize runs every 10 s).
+    consumer_offset_sync_interval_ms: int = 10_000
 
     def validate(self) -> NodeConfig:
         if not self.name or len(self.name) > 64 or not self.name.replace("-", "").replace(
@@ -87,6 +92,8 @@ class NodeConfig:
                                       "127.0.0.1:7001")
         if not self.token:
             raise ConfigError("the cluster token is empty")
+        if self.consumer_offset_sync_interval_ms < 1:
+            raise ConfigError("--consumer-offset-sync-ms must be at least 1")
         self.store.validate()
         self.ha.validate()
         return self
@@ -107,6 +114,7 @@ class Node:
         self._stopping = False
         self._open_batch: _Batch | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._offset_sync: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -149,6 +157,9 @@ class Node:
                                     token=cfg.token, config=cfg.ha, clock=self.clock,
                                     failpoints=self.failpoints)
             self.ha_slave.start()
+            self._offset_sync = asyncio.get_running_loop().create_task(
+                consume_service.sync_from_master(self.store, cfg.master, cfg.token,
+                                                 cfg.consumer_offset_sync_interval_ms / 1000))
         for svc in ("", BROKER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
         log.info("node %s (%s, %s, crash model %s) serving on %s:%d, wrote=%d flushed=%d",
@@ -170,6 +181,10 @@ class Node:
             await self.ha_master.close()
         if self.server is not None:
             await self.server.stop(self.config.shutdown_grace_s)
+        if self._offset_sync is not None:
+            self._offset_sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._offset_sync
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
@@ -289,6 +304,12 @@ class Node:
             wrote=st["wrote"], slave_ahead_policy=cfg.ha.slave_ahead_policy.value,
             ha_ship_limit=cfg.ha.ship_limit.value, recovery_json=json.dumps(st["recovery"]),
             pid=os.getpid(), failed=st["failed"] or "", config_json=json.dumps(self._config_dict()),
+            confirmed_offset=store.confirmed_offset(),
+            consume_json=json.dumps({
+                "queues": {f"{t}/{q}": store.queue_offsets(t, q)
+                           for t, qs in store.topic_queues().items() for q in qs},
+                "offsets": store.consumer_offsets.snapshot(),
+                "consume_queue_error": st["consume_queue_error"]}),
         )
         msg.failpoint_hits.update(self.failpoints.hits())
         if self.ha_master is not None:
@@ -366,6 +387,43 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
     async def Status(self, request: broker_pb2.StatusRequest, context: grpc.aio.ServicerContext
                      ) -> broker_pb2.NodeStatus:
         return self.node.status()
+
+    # The consume side: convert, call, map a bad request to INVALID_ARGUMENT.
+    async def Pull(self, request: broker_pb2.PullRequest, context: grpc.aio.ServicerContext
+                   ) -> broker_pb2.PullResponse:
+        return await self._consume(context, lambda s: consume_service.pull(
+            s, request, self.node.role.value))
+
+    async def QueueInfo(self, request: broker_pb2.QueueInfoRequest,
+                        context: grpc.aio.ServicerContext) -> broker_pb2.QueueInfoResponse:
+        return await self._consume(context, lambda s: consume_service.queue_info(s, request))
+
+    async def CommitOffset(self, request: broker_pb2.CommitOffsetRequest,
+                           context: grpc.aio.ServicerContext) -> broker_pb2.CommitOffsetResponse:
+        def commit(s: MessageStore) -> broker_pb2.CommitOffsetResponse:
+            consume_service.commit_offset(s, request)
+            return broker_pb2.CommitOffsetResponse()
+        return await self._consume(context, commit)
+
+    async def QueryOffset(self, request: broker_pb2.QueryOffsetRequest,
+                          context: grpc.aio.ServicerContext) -> broker_pb2.QueryOffsetResponse:
+        return await self._consume(context, lambda s: consume_service.query_offset(s, request))
+
+    async def GetConsumerOffsets(self, request: broker_pb2.ConsumerOffsetsRequest,
+                                 context: grpc.aio.ServicerContext
+                                 ) -> broker_pb2.ConsumerOffsetsResponse:
+        return await self._consume(context, lambda s: broker_pb2.ConsumerOffsetsResponse(
+            table_json=consume_service.table_json(s)))
+
+    async def _consume(self, context: grpc.aio.ServicerContext,
+                       call: Callable[[MessageStore], _R]) -> _R:
+        store = self.node.store
+        assert store is not None
+        try:
+            return call(store)
+        except consume_service.BadConsumeRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # abort raises; this line is for type checkers
 
 
 async def serve(config: NodeConfig) -> int:

@@ -17,6 +17,17 @@ class PutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_ILLEGAL: _ClassVar[PutStatus]
     SERVICE_NOT_AVAILABLE: _ClassVar[PutStatus]
     UNKNOWN_ERROR: _ClassVar[PutStatus]
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_STATUS_UNSPECIFIED: _ClassVar[PullStatus]
+    FOUND: _ClassVar[PullStatus]
+    NO_MESSAGE_IN_QUEUE: _ClassVar[PullStatus]
+    NO_MATCHED_LOGIC_QUEUE: _ClassVar[PullStatus]
+    OFFSET_TOO_SMALL: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW_ONE: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW_BADLY: _ClassVar[PullStatus]
+    OFFSET_FOUND_NULL: _ClassVar[PullStatus]
 PUT_STATUS_UNSPECIFIED: PutStatus
 PUT_OK: PutStatus
 FLUSH_DISK_TIMEOUT: PutStatus
@@ -25,6 +36,14 @@ SLAVE_NOT_AVAILABLE: PutStatus
 MESSAGE_ILLEGAL: PutStatus
 SERVICE_NOT_AVAILABLE: PutStatus
 UNKNOWN_ERROR: PutStatus
+PULL_STATUS_UNSPECIFIED: PullStatus
+FOUND: PullStatus
+NO_MESSAGE_IN_QUEUE: PullStatus
+NO_MATCHED_LOGIC_QUEUE: PullStatus
+OFFSET_TOO_SMALL: PullStatus
+OFFSET_OVERFLOW_ONE: PullStatus
+OFFSET_OVERFLOW_BADLY: PullStatus
+OFFSET_FOUND_NULL: PullStatus
 
 class Message(_message.Message):
     __slots__ = ("topic", "body", "properties", "queue_id", "flag", "born_timestamp_ms")
@@ -148,7 +167,7 @@ class MasterLink(_message.Message):
     def __init__(self, address: _Optional[str] = ..., state: _Optional[str] = ..., reported: _Optional[int] = ..., connects: _Optional[int] = ..., last_error: _Optional[str] = ..., last_contact_ms: _Optional[int] = ..., truncations: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("name", "role", "flush_mode", "crash_model", "min_offset", "flushed", "wrote", "slave_ahead_policy", "ha_ship_limit", "slaves", "master", "recovery_json", "failpoint_hits", "pid", "failed", "config_json")
+    __slots__ = ("name", "role", "flush_mode", "crash_model", "min_offset", "flushed", "wrote", "slave_ahead_policy", "ha_ship_limit", "slaves", "master", "recovery_json", "failpoint_hits", "pid", "failed", "config_json", "confirmed_offset", "consume_json")
     class FailpointHitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +191,8 @@ class NodeStatus(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: str
     flush_mode: str
@@ -188,4 +209,131 @@ class NodeStatus(_message.Message):
     pid: int
     failed: str
     config_json: str
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., flush_mode: _Optional[str] = ..., crash_model: _Optional[str] = ..., min_offset: _Optional[int] = ..., flushed: _Optional[int] = ..., wrote: _Optional[int] = ..., slave_ahead_policy: _Optional[str] = ..., ha_ship_limit: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[SlaveLink, _Mapping]]] = ..., master: _Optional[_Union[MasterLink, _Mapping]] = ..., recovery_json: _Optional[str] = ..., failpoint_hits: _Optional[_Mapping[str, int]] = ..., pid: _Optional[int] = ..., failed: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+    confirmed_offset: int
+    consume_json: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., flush_mode: _Optional[str] = ..., crash_model: _Optional[str] = ..., min_offset: _Optional[int] = ..., flushed: _Optional[int] = ..., wrote: _Optional[int] = ..., slave_ahead_policy: _Optional[str] = ..., ha_ship_limit: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[SlaveLink, _Mapping]]] = ..., master: _Optional[_Union[MasterLink, _Mapping]] = ..., recovery_json: _Optional[str] = ..., failpoint_hits: _Optional[_Mapping[str, int]] = ..., pid: _Optional[int] = ..., failed: _Optional[str] = ..., config_json: _Optional[str] = ..., confirmed_offset: _Optional[int] = ..., consume_json: _Optional[str] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ...) -> None: ...
+
+class PulledMessage(_message.Message):
+    __slots__ = ("queue_offset", "commitlog_offset", "size", "msg_id", "body", "properties", "store_timestamp_ms", "born_timestamp_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    msg_id: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    store_timestamp_ms: int
+    born_timestamp_ms: int
+    def __init__(self, queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., store_timestamp_ms: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("status", "messages", "next_offset", "min_offset", "max_offset", "node_role")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NODE_ROLE_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    messages: _containers.RepeatedCompositeFieldContainer[PulledMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    node_role: str
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., node_role: _Optional[str] = ...) -> None: ...
+
+class QueueInfoRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueueRange(_message.Message):
+    __slots__ = ("topic", "queue_id", "min_offset", "max_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class QueueInfoResponse(_message.Message):
+    __slots__ = ("queues", "confirmed_offset")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueRange]
+    confirmed_offset: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueRange, _Mapping]]] = ..., confirmed_offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueryOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class QueryOffsetResponse(_message.Message):
+    __slots__ = ("found", "offset")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    offset: int
+    def __init__(self, found: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerOffsetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("table_json",)
+    TABLE_JSON_FIELD_NUMBER: _ClassVar[int]
+    table_json: str
+    def __init__(self, table_json: _Optional[str] = ...) -> None: ...

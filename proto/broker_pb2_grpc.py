@@ -54,6 +54,31 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.StatusRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.NodeStatus.FromString,
                 _registered_method=True)
+        self.Pull = channel.unary_unary(
+                '/dlab.broker.Broker/Pull',
+                request_serializer=proto_dot_broker__pb2.PullRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.PullResponse.FromString,
+                _registered_method=True)
+        self.QueueInfo = channel.unary_unary(
+                '/dlab.broker.Broker/QueueInfo',
+                request_serializer=proto_dot_broker__pb2.QueueInfoRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.QueueInfoResponse.FromString,
+                _registered_method=True)
+        self.CommitOffset = channel.unary_unary(
+                '/dlab.broker.Broker/CommitOffset',
+                request_serializer=proto_dot_broker__pb2.CommitOffsetRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.CommitOffsetResponse.FromString,
+                _registered_method=True)
+        self.QueryOffset = channel.unary_unary(
+                '/dlab.broker.Broker/QueryOffset',
+                request_serializer=proto_dot_broker__pb2.QueryOffsetRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.QueryOffsetResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerOffsets = channel.unary_unary(
+                '/dlab.broker.Broker/GetConsumerOffsets',
+                request_serializer=proto_dot_broker__pb2.ConsumerOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ConsumerOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -83,6 +108,36 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pull(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryOffset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumerOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +160,31 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=proto_dot_broker__pb2.StatusRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.NodeStatus.SerializeToString,
+            ),
+            'Pull': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pull,
+                    request_deserializer=proto_dot_broker__pb2.PullRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.PullResponse.SerializeToString,
+            ),
+            'QueueInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueInfo,
+                    request_deserializer=proto_dot_broker__pb2.QueueInfoRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.QueueInfoResponse.SerializeToString,
+            ),
+            'CommitOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffset,
+                    request_deserializer=proto_dot_broker__pb2.CommitOffsetRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.CommitOffsetResponse.SerializeToString,
+            ),
+            'QueryOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryOffset,
+                    request_deserializer=proto_dot_broker__pb2.QueryOffsetRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.QueryOffsetResponse.SerializeToString,
+            ),
+            'GetConsumerOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerOffsets,
+                    request_deserializer=proto_dot_broker__pb2.ConsumerOffsetsRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ConsumerOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +295,141 @@ class Broker:
             '/dlab.broker.Broker/Status',
             proto_dot_broker__pb2.StatusRequest.SerializeToString,
             proto_dot_broker__pb2.NodeStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlab.broker.Broker/Pull',
+            proto_dot_broker__pb2.PullRequest.SerializeToString,
+            proto_dot_broker__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlab.broker.Broker/QueueInfo',
+            proto_dot_broker__pb2.QueueInfoRequest.SerializeToString,
+            proto_dot_broker__pb2.QueueInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlab.broker.Broker/CommitOffset',
+            proto_dot_broker__pb2.CommitOffsetRequest.SerializeToString,
+            proto_dot_broker__pb2.CommitOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlab.broker.Broker/QueryOffset',
+            proto_dot_broker__pb2.QueryOffsetRequest.SerializeToString,
+            proto_dot_broker__pb2.QueryOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dlab.broker.Broker/GetConsumerOffsets',
+            proto_dot_broker__pb2.ConsumerOffsetsRequest.SerializeToString,
+            proto_dot_broker__pb2.ConsumerOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,6 +23,7 @@ from ha_helpers import (
     status,
     wait_caught_up,
     wait_connected,
+    wait_until,
 )
 
 from cluster.auth import token_metadata, write_token_file
@@ -75,7 +76,9 @@ def test_replication_stream_with_a_wrong_token_is_refused(
             return grpc.StatusCode.OK
 
     assert asyncio.run(go()) == grpc.StatusCode.UNAUTHENTICATED
-    assert "refused /dlab.ha.HA/Replicate" in log_text(b.node("master").log_path)
+    # The node logs the refusal; its log line may land just after the reply.
+    wait_until(lambda: "refused /dlab.ha.HA/Replicate" in log_text(b.node("master").log_path),
+               10, "the refusal in the master's log")
 
 
 def test_health_and_reflection_need_no_token(cluster: tuple[LocalBackend, str]) -> None:
