@@ -194,7 +194,16 @@ class ConsumeQueue:
             with open(os.path.join(self.directory, _name(start)), "rb") as f:
                 data = f.read(span)
             ok = True
-            for offset, size, tag in UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE]):
+            units = list(UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE]))
+            if units:
+                offs, sizes, tags = zip(*units, strict=True)
+                if min(offs) >= 0 and min(sizes) > 0 and offs[-1] + sizes[-1] <= commitlog_end:
+                    # The common case, checked in bulk (recovery time matters).
+                    self.offsets.extend(offs)
+                    self.sizes.extend(sizes)
+                    self.tags.extend(tags)
+                    units = []
+            for offset, size, tag in units:
                 if offset < 0 or size <= 0:
                     ok = False
                     if offset or size or tag:
