@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import sys
 from array import array
 from collections.abc import Callable, Iterable
 
@@ -65,6 +66,27 @@ def tags_hash(tags: str | None) -> int:
     for i in range(0, len(raw), 2):
         h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _columns(data: bytes) -> tuple[array[int], array[int], array[int]]:
+    """The three fields of every unit in `data` as arrays, without a Python
+    loop per unit: strided byte copies gather each field contiguously, then
+    one byteswap turns big-endian into native order."""
+    n = len(data) // UNIT_SIZE
+    cols = []
+    for start, width, code in ((0, 8, "q"), (8, 4, "i"), (12, 8, "q")):
+        buf = bytearray(n * width)
+        for b in range(width):
+            buf[b::width] = data[start + b::UNIT_SIZE]
+        col = array(code)
+        col.frombytes(bytes(buf))
+        if UNIT_BYTE_ORDER_SWAP:
+            col.byteswap()
+        cols.append(col)
+    return cols[0], cols[1], cols[2]
+
+
+UNIT_BYTE_ORDER_SWAP = sys.byteorder == "little"
 
 
 def _name(start_byte: int) -> str:
@@ -194,15 +216,17 @@ class ConsumeQueue:
             with open(os.path.join(self.directory, _name(start)), "rb") as f:
                 data = f.read(span)
             ok = True
-            units = list(UNIT.iter_unpack(data[: len(data) - len(data) % UNIT_SIZE]))
-            if units:
-                offs, sizes, tags = zip(*units, strict=True)
-                if min(offs) >= 0 and min(sizes) > 0 and offs[-1] + sizes[-1] <= commitlog_end:
-                    # The common case, checked in bulk (recovery time matters).
-                    self.offsets.extend(offs)
-                    self.sizes.extend(sizes)
-                    self.tags.extend(tags)
-                    units = []
+            whole = data[: len(data) - len(data) % UNIT_SIZE]
+            offs, sizes, tags = _columns(whole)
+            units: Iterable[tuple[int, int, int]] = ()
+            if offs and (min(offs) < 0 or min(sizes) <= 0
+                         or offs[-1] + sizes[-1] > commitlog_end):
+                units = UNIT.iter_unpack(whole)  # find the first bad unit one by one
+            else:
+                # The common case, checked in bulk (recovery time matters).
+                self.offsets.extend(offs)
+                self.sizes.extend(sizes)
+                self.tags.extend(tags)
             for offset, size, tag in units:
                 if offset < 0 or size <= 0:
                     ok = False
