@@ -68,7 +68,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from chaos import promises, report, tables
+from chaos import consumption, promises, report, tables
 from chaos.progress import Progress, QuietProgress
 from chaos.runs import (
     NEVER_MS,
@@ -587,7 +587,8 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
     figures = res["messages"].merge(res["divergence"], on="run", how="outer")
 
     progress.step(f"writing tables and report to {out_dir}")
-    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead)
+    consume = {r.index: consumption.run_figures(r) for r in good}
+    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume)
     comparison = tables.comparison_table(verdicts, res["latency"], good)
     timeline = timeline.assign(
         run_id=timeline["run"].map(lambda i: runs[i].run_id),

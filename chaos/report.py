@@ -62,7 +62,7 @@ def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
         return "–"
     if isinstance(v, bool | np.bool_):
         return "yes" if v else "no"
@@ -82,6 +82,9 @@ def _comparison_block(comparison: pd.DataFrame) -> Table:
              "promise_violations", "allowed_loss", "slave_ahead_runs", "slave_ahead_bytes_max",
              "divergence_runs", "duplicates", "indeterminate", "put_ok_p50_ms",
              "put_ok_p99_ms", "failed_put_share"]
+    # Consume-side figures appear when some run consumed (empty for the rest).
+    cols += [c for c in ("duplicates_delivered", "stored_never_delivered",
+                         "delivered_then_lost") if comparison[c].notna().any()]
     return Table(cols, [[_fmt(row[c]) for c in cols] for _, row in comparison.iterrows()])
 
 
@@ -127,6 +130,19 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
     puts = int(runs["puts"].sum())
     if puts:
         parts.append(f"{runs['failed'].sum() / puts:.1%} of puts failed.")
+    consumed = runs[runs["delivered"].notna()]
+    if len(consumed):
+        dups = int(consumed["duplicates_delivered"].sum())
+        never = int(consumed["stored_never_delivered"].sum())
+        lost = int(consumed["delivered_then_lost"].sum())
+        parts.append(
+            f"Consuming while producing ({_plural(len(consumed), 'run')}, "
+            f"{', '.join(sorted(consumed['scenario'].unique()))}): "
+            f"{dups:,} duplicate deliver{'y' if dups == 1 else 'ies'}"
+            + (f", **{_plural(never, 'stored message')} never delivered**" if never
+               else ", every stored message delivered")
+            + (f", **{_plural(lost, 'message')} delivered and then lost** (consumed before "
+               "it was durable)." if lost else ", nothing delivered that was later lost."))
     return " ".join(parts)
 
 

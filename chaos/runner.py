@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos import disk_faults
+from chaos.consumer_proc import ConsumerProcess
 from chaos.plan import RunPlan, plan_run
 from chaos.readback import read_back
 from chaos.scenarios import Scenario, Step
@@ -122,9 +123,12 @@ class Run:
         self.master = "master"
         self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
         self.token = secrets.token_hex(16)
+        self.consumer: ConsumerProcess | None = None
 
     # ------------------------------------------------------------ helpers
     def _targets(self, target: str) -> list[str]:
+        if target == "consumer":
+            return ["consumer"]
         if target == "master":
             return [self.master]
         if target == "slave":
@@ -159,6 +163,16 @@ class Run:
         t = now_ms()
         rng = random.Random(self.plan.disk_fault_seed + len(self.state.faults))
         for name in self._targets(step.target):
+            if name == "consumer":
+                assert self.consumer is not None
+                if step.action == "kill":
+                    self.consumer.kill()
+                    self._fault("kill", name, t, detail="consumer process (SIGKILL)")
+                else:
+                    self.consumer.start()
+                    self._fault("start", name, t, end=now_ms(),
+                                detail=f"consumer incarnation {self.consumer.incarnations}")
+                continue
             if step.action == "kill":
                 backend.kill(name)
                 self.state.killed.add(name)
@@ -282,6 +296,8 @@ class Run:
             self._end_phase(backend)
             self._write(backend, history, started)
         finally:
+            if self.consumer is not None:
+                self.consumer.kill()
             try:
                 backend.down()
             except Exception as exc:  # report, but keep the results written
@@ -297,6 +313,11 @@ class Run:
             workload = Workload(cfg.workload, sender_, seed=self.plan.workload_seed,
                                 node=self.master, run_tag=f"s{cfg.seed}")
             load = asyncio.create_task(workload.run(cfg.scenario.load_s + 60.0))
+            if cfg.scenario.consume:
+                self.consumer = ConsumerProcess(
+                    self.run_dir, token_file=os.path.join(self.cluster_dir, "token"),
+                    targets=[backend.node(n).address for n in (self.master, *self.slaves)])
+                self.consumer.start()
             t0 = loop.time()
             for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
                 await asyncio.sleep(delay)
@@ -328,6 +349,13 @@ class Run:
                 if name == self.master and st is not None:
                     self._observe_slave_ahead(_recovered(st))
         self._settle(backend)
+        if self.consumer is not None:
+            # The consumer drains what the cluster holds before the nodes stop,
+            # so "stored but never delivered" means what it says.
+            if not self.consumer.running:
+                self.consumer.start()
+                self._fault("start", "consumer", t, end=now_ms(), detail="end of run")
+            self.consumer.drain()
         for name in (*self.slaves, self.master):
             backend.stop(name)
 
@@ -391,6 +419,8 @@ class Run:
         write_jsonl(os.path.join(self.run_dir, "history.jsonl"), history)
         write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.state.faults)
         write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.state.observations)
+        if self.consumer is not None:
+            write_jsonl(os.path.join(self.run_dir, "consumed.jsonl"), self.consumer.rows())
         write_json(os.path.join(self.run_dir, "params.json"), {
             "schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "role": cfg.role,
             "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,

@@ -49,11 +49,14 @@ class Scenario:
     load_s: float = 6.0  # producers run this long from the start (faults happen inside)
     settle_s: float = 1.5  # load after the last step, before the end phase
     tags: tuple[str, ...] = field(default=())
+    # A consumer process consumes while the producers produce (target
+    # "consumer" in steps); the run then records every delivery.
+    consume: bool = False
 
 
 ACTIONS = {"kill", "stop", "start", "restart", "pause", "resume", "partition", "heal",
            "await_crash", "torn_tail", "bit_flip"}
-TARGETS = {"master", "slave", "both"}
+TARGETS = {"master", "slave", "both", "consumer"}
 
 SCENARIOS: dict[str, Scenario] = {}
 
@@ -62,6 +65,8 @@ def _add(s: Scenario) -> None:
     for step in s.steps:
         assert step.action in ACTIONS, step
         assert step.target in TARGETS, step
+        if step.target == "consumer":
+            assert s.consume and step.action in ("kill", "start"), step
     SCENARIOS[s.name] = s
 
 
@@ -114,10 +119,34 @@ _add(Scenario(
      Step("start", "master", (0.2, 0.4))),
 ))
 
+_add(Scenario(
+    "consumer-crash",
+    "consume while producing; SIGKILL the consumer inside its 5 s offset-commit interval, "
+    "start it again (it resumes from the last committed offset)",
+    (Step("kill", "consumer", (2.0, 3.5)), Step("start", "consumer", (0.3, 0.6))),
+    consume=True,
+))
+_add(Scenario(
+    "master-crash-consuming",
+    "consume while producing; SIGKILL the master before it persists the consumer offsets "
+    "(every 5 s), restart it",
+    (Step("kill", "master", (2.0, 3.5)), Step("start", "master", (0.5, 1.0))),
+    consume=True,
+))
+_add(Scenario(
+    "slave-crash-consuming",
+    "consume while producing; SIGKILL the slave (which holds a copy of the offsets), "
+    "restart it",
+    (Step("kill", "slave", (2.0, 3.5)), Step("start", "slave", (0.5, 1.0))),
+    consume=True,
+))
+
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-after-ship",
                   "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
-                  "torn-tail", "bit-flip")
-QUICK_MATRIX = ("master-crash", "master-crash-unflushed", "clean-restart")
+                  "torn-tail", "bit-flip", "consumer-crash", "master-crash-consuming",
+                  "slave-crash-consuming")
+QUICK_MATRIX = ("master-crash", "master-crash-unflushed", "clean-restart",
+                "master-crash-consuming")
 
 
 def get(name: str) -> Scenario:

@@ -10,6 +10,10 @@
                                   the run, RECORDS fields, in offset order
       nodes/NAME/final.json       NAME's final positions, FINAL fields
       nodes/NAME/node.log         the node's log (free text, not parsed)
+      consumed.jsonl              only for scenarios that consume: one row per
+                                  message the consumer was handed, CONSUMED
+                                  fields, in delivery order (absent otherwise)
+      consumer/N.jsonl, N.log     each consumer incarnation's raw output
 
 Times are epoch milliseconds. Every JSON Lines file is UTF-8, one object a
 line. SCHEMA_VERSION changes whenever a field changes meaning.
@@ -104,6 +108,18 @@ FINAL: dict[str, tuple[str, bool, str]] = {
     "killed": ("bool", False, "the node was SIGKILLed at least once during the run"),
 }
 
+CONSUMED: dict[str, tuple[str, bool, str]] = {
+    "incarnation": ("int", False, "consumer process number: 1, then 2 after a restart, ..."),
+    "msg_id": ("str", False, "UNIQ_KEY of the delivered message"),
+    "topic": ("str", False, "topic"),
+    "queue_id": ("int", False, "queue id"),
+    "queue_offset": ("int", False, "QUEUEOFFSET of the message"),
+    "commitlog_offset": ("int", False, "where its record was on the node that served it"),
+    "node": ("str", False, "address of the node that served the pull"),
+    "node_role": ("str", False, "that node's role (a consumer may read from a slave)"),
+    "time_ms": ("int", False, "when the consumer was handed it"),
+}
+
 FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
     "params.json": PARAMS,
     "history.jsonl": HISTORY,
@@ -111,6 +127,7 @@ FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
     "observations.jsonl": OBSERVATIONS,
     "records.jsonl": RECORDS,
     "final.json": FINAL,
+    "consumed.jsonl": CONSUMED,
 }
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -202,6 +219,10 @@ def validate_run_dir(run_dir: str) -> list[str]:
         path = need(rel)
         for n, row in enumerate(read_jsonl(path), 1):
             check_row(row, fields, f"{path}:{n}")
+    consumed = os.path.join(run_dir, "consumed.jsonl")
+    if os.path.isfile(consumed):
+        for n, row in enumerate(read_jsonl(consumed), 1):
+            check_row(row, CONSUMED, f"{consumed}:{n}")
     names = [n["name"] for n in params["nodes"]]
     for name in names:
         path = need(os.path.join("nodes", name, "records.jsonl"))

@@ -12,7 +12,7 @@ not an average of the runs' p99s.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,11 @@ COUNTS = (
     "promise_violations", "allowed_loss", "indeterminate", "indeterminate_found",
     "duplicates", "duplicate_records", "order_inversions", "divergent_records",
 )
+
+
+# Consume-side figures (chaos.consumption); empty for runs without a consumer.
+CONSUME_COLUMNS = ("delivered", "duplicates_delivered", "stored_never_delivered",
+                   "delivered_then_lost", "consumer_incarnations")
 
 
 def percentiles(values: Any, counts: Any, ps: Sequence[float]) -> list[float | None]:
@@ -59,11 +64,15 @@ def group_key(run: RunInfo) -> tuple[Any, ...]:
 
 
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
-                   latency: pd.DataFrame, ahead: pd.DataFrame) -> pd.DataFrame:
+                   latency: pd.DataFrame, ahead: pd.DataFrame,
+                   consume: Mapping[int, Mapping[str, int] | None] | None = None
+                   ) -> pd.DataFrame:
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
     ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
-    slave_ahead_bytes, slave_ahead_messages."""
+    slave_ahead_bytes, slave_ahead_messages; `consume`: run -> the
+    consume-side figures (chaos.consumption), None for a run without a
+    consumer (its consume columns are then empty, not zero)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
     for (run_index, status), n in (timeline[timeline["status"] != PUT_OK]
@@ -113,12 +122,17 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "put_ok_p50_ms": p50, "put_ok_p99_ms": p99,
             "run_dir": run.run_dir,
         }
+        c = (consume or {}).get(i)
+        for k in CONSUME_COLUMNS:
+            row[k] = None if c is None else int(c[k])
         row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
         row["slave_ahead"] = row["slave_ahead_bytes"] > 0
         row["verdict"] = "violation" if row["promise_violations"] else "ok"
         rows.append(row)
     df = pd.DataFrame(rows)
     df["first_divergent_offset"] = df["first_divergent_offset"].astype("Int64")
+    for k in CONSUME_COLUMNS:
+        df[k] = df[k].astype("Int64")
     return df.sort_values(["role", "flush", "scenario", "run_id"]).reset_index(drop=True)
 
 
@@ -154,5 +168,10 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "put_ok_p50_ms": p50,
             "put_ok_p99_ms": p99,
             "failed_put_share": int(group["failed"].sum()) / puts if puts else 0.0,
+            **{k: (int(group[k].sum()) if group[k].notna().any() else None)
+               for k in CONSUME_COLUMNS},
         })
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    for k in CONSUME_COLUMNS:
+        df[k] = df[k].astype("Int64")
+    return df

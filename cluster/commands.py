@@ -294,7 +294,10 @@ def _register_consume(sub: Any) -> None:
     p.add_argument("--max", type=positive_int, help="stop after this many messages")
     p.add_argument("--idle-exit", type=non_negative_float, default=None,
                    help="stop after this many seconds without a message")
-    p.add_argument("--count-only", action="store_true", help="print only the total")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--count-only", action="store_true", help="print only the total")
+    out.add_argument("--jsonl", action="store_true",
+                     help="print one JSON object per delivery (what the chaos harness records)")
     p.set_defaults(handler=cmd_consume)
 
 
@@ -321,7 +324,14 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
 
     def show(d: Delivery) -> None:
-        if not args.count_only:
+        if args.jsonl:
+            # Written (unbuffered) before the consumer's offset moves past it,
+            # so a killed consumer has printed every message it was handed.
+            print(json.dumps({"msg_id": d.msg_id, "topic": d.topic, "queue_id": d.queue_id,
+                              "queue_offset": d.queue_offset,
+                              "commitlog_offset": d.commitlog_offset, "node": d.node,
+                              "node_role": d.node_role, "time_ms": d.time_ms}), flush=True)
+        elif not args.count_only:
             print(f"{d.queue_id}\t{d.queue_offset}\t{d.commitlog_offset}\t{d.msg_id}\t"
                   f"{len(d.body)}B\t{d.node_role}", flush=True)
 

@@ -57,6 +57,9 @@ def test_shipped_scenarios_cover_the_issue() -> None:
     wanted = {"master-crash", "master-crash-unflushed", "master-crash-after-ship",
               "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
               "torn-tail", "bit-flip"}
-    assert wanted <= set(SCENARIOS)
-    assert set(DEFAULT_MATRIX) == wanted
-    assert set(QUICK_MATRIX) == {"master-crash", "master-crash-unflushed", "clean-restart"}
+    consuming = {"consumer-crash", "master-crash-consuming", "slave-crash-consuming"}
+    assert wanted | consuming <= set(SCENARIOS)
+    assert set(DEFAULT_MATRIX) == wanted | consuming
+    assert all(SCENARIOS[n].consume for n in consuming)
+    assert set(QUICK_MATRIX) == {"master-crash", "master-crash-unflushed", "clean-restart",
+                                 "master-crash-consuming"}
