@@ -40,6 +40,8 @@ from store.status import PutStatus
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.master")
+# How long a closing stream waits for a write in flight (see _run_stream).
+WRITE_DRAIN_S = 2.0
 
 
 @dataclass
@@ -156,7 +158,13 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         stream = self._open_stream(first, context.peer())
         await self._run_stream(context, stream)
         if stream.close is not None and stream.close[0] != grpc.StatusCode.OK:
-            await context.abort(*stream.close)
+            try:
+                await context.abort(*stream.close)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:  # the call is already gone: nothing to tell
+                log.info("slave %s: could not send the close status (%s)",
+                         stream.session.slave, exc)
 
     async def _first_report(self, context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
         """The report that opens a stream (aborts the call if there is none)."""
@@ -202,6 +210,17 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                     if failure is not None:
                         stream.close = (grpc.StatusCode.UNAVAILABLE, f"stream failed: {failure}")
         finally:
+            reader, shipper = tasks
+            reader.cancel()
+            if not shipper.done():
+                # Let a write in flight finish (the loop stops after it once
+                # `close` is set): a write cancelled mid-way leaves grpc's send
+                # operation pending, and the abort that follows then fails
+                # (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS), leaving the slave
+                # without a status until its deadline.
+                stream.wake.set()
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(shipper), WRITE_DRAIN_S)
             for t in tasks:
                 t.cancel()
             for t in tasks:
