@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from dataclasses import dataclass
 
 FILE_SIZE = 4096
@@ -46,20 +47,47 @@ def read_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
 
 
 class CheckpointFile:
-    """The open checkpoint: `update` is a cheap pwrite after each flush,
-    `sync` makes it durable (on the thorough interval and at shutdown)."""
+    """The open checkpoint. Each field has one writer:
+    - physic (and index, which this store has no service for and so keeps
+      equal to physic): `update`, after each CommitLog flush;
+    - logics: `update_logics`, after each ConsumeQueue flush, with the store
+      timestamp of the last record whose unit — and every earlier record's
+      unit — is in the queue files. Abnormal recovery starts from the min of
+      the two (Checkpoint.min_timestamp_ms), so records that lost their units
+      are re-dispatched.
+    Writes are cheap pwrites of the whole 24 bytes under a lock (the two
+    writers run on different threads); `sync` makes them durable (on the
+    thorough interval and at shutdown)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self.fd).st_size < FILE_SIZE:
             os.ftruncate(self.fd, FILE_SIZE)
+        # The opener sets both from a checkpoint read_checkpoint accepted;
+        # an unusable one is overwritten from zero.
         self.last_ms = 0
+        self.logics_ms = 0
+        self._lock = threading.Lock()
+
+    def _write(self) -> None:
+        os.pwrite(self.fd, _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
 
     def update(self, timestamp_ms: int) -> None:
-        if timestamp_ms > self.last_ms:
-            os.pwrite(self.fd, _LAYOUT.pack(timestamp_ms, timestamp_ms, timestamp_ms), 0)
-            self.last_ms = timestamp_ms
+        """The CommitLog was flushed up to a record stored at `timestamp_ms`."""
+        with self._lock:
+            if timestamp_ms > self.last_ms:
+                self.last_ms = timestamp_ms
+                self._write()
+
+    def update_logics(self, timestamp_ms: int) -> None:
+        """The ConsumeQueues were flushed up to a record stored at
+        `timestamp_ms`. Written as given, not as a max: a lower value (a
+        clock step back, a truncation) only widens the next recovery."""
+        with self._lock:
+            if timestamp_ms != self.logics_ms:
+                self.logics_ms = timestamp_ms
+                self._write()
 
     def sync(self) -> None:
         os.fsync(self.fd)

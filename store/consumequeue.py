@@ -39,6 +39,7 @@ import logging
 import os
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Iterable
 
@@ -53,7 +54,16 @@ log = logging.getLogger("dlab.store.consumequeue")
 
 class DispatchError(RuntimeError):
     """A record's QUEUEOFFSET does not fit its queue (a gap, or a different
-    record already at that index): the CommitLog and its index disagree."""
+    record already at that index): the CommitLog and its index disagree.
+    `kind` is "gap" or "conflict"; `index` the QUEUEOFFSET in question."""
+
+    def __init__(self, message: str, *, topic: str, queue_id: int, index: int,
+                 kind: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.index = index
+        self.kind = kind
 
 
 def tags_hash(tags: str | None) -> int:
@@ -148,11 +158,14 @@ class ConsumeQueue:
                 return False
             raise DispatchError(
                 f"{self.topic}/{self.queue_id}: unit {queue_offset} points at "
-                f"{self.offsets[queue_offset]}, the record at {offset} claims it")
+                f"{self.offsets[queue_offset]} (size {self.sizes[queue_offset]}), but the "
+                f"record at {offset} (size {size}) has that QUEUEOFFSET",
+                topic=self.topic, queue_id=self.queue_id, index=queue_offset, kind="conflict")
         if queue_offset > n:
             raise DispatchError(
                 f"{self.topic}/{self.queue_id}: record at {offset} has QUEUEOFFSET "
-                f"{queue_offset} but the queue holds {n} units (a gap)")
+                f"{queue_offset} but the queue holds {n} units (a gap)",
+                topic=self.topic, queue_id=self.queue_id, index=queue_offset, kind="gap")
         self.offsets.append(offset)
         self.sizes.append(size)
         self.tags.append(tag)
@@ -291,8 +304,12 @@ class ConsumeQueue:
     def truncate_after(self, commitlog_offset: int, on_cut: Callable[[], None]) -> None:
         """Drop units whose record ends past `commitlog_offset` (a slave
         truncating its log), memory and files, crash-safely."""
-        keep = self.consumable(commitlog_offset)
-        if keep == len(self.offsets):
+        self.truncate_units(self.consumable(commitlog_offset), on_cut)
+
+    def truncate_units(self, keep: int, on_cut: Callable[[], None]) -> None:
+        """Keep units [0, keep), drop the rest from memory and files,
+        crash-safely (see _cut). The caller holds ConsumeQueues' IO lock."""
+        if keep >= len(self.offsets):
             return
         self.flush()
         del self.offsets[keep:], self.sizes[keep:], self.tags[keep:]
@@ -312,6 +329,20 @@ class ConsumeQueues:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.notes: list[str] = []
         self.write_error: str | None = None
+        # Store timestamp of the last record dispatched (its unit, and every
+        # earlier record's, is in memory); None until one is.
+        self.last_ts: int | None = None
+        # Records dispatch could not index (non-strict dispatch): how many,
+        # and the first one's error.
+        self.skipped = 0
+        self.dispatch_error: str | None = None
+        # Per queue, one past the largest QUEUEOFFSET of a skipped record:
+        # the CommitLog must not hand that offset out again.
+        self.skipped_next: dict[tuple[str, int], int] = {}
+        # File IO and cuts run on the flusher thread and the event loop:
+        # one at a time. Dispatch appends without it (an append never moves
+        # a unit a concurrent write is copying).
+        self._io_lock = threading.Lock()
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         q = ConsumeQueue(os.path.join(self.root, topic, str(queue_id)), topic, queue_id,
@@ -337,22 +368,49 @@ class ConsumeQueues:
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
-    def dispatch(self, units: Iterable[tuple[str, int, int, int, int, int]]) -> int:
-        """(topic, queue_id, queue_offset, offset, size, tag) per record, in
-        commitlog order. Returns how many units were added."""
+    def dispatch(self, units: Iterable[tuple[str, int, int, int, int, int, int]], *,
+                 strict: bool = True) -> int:
+        """(topic, queue_id, queue_offset, offset, size, tag, store timestamp)
+        per record, in commitlog order. Returns how many units were added.
+
+        A record that does not fit its queue (DispatchError): `strict`
+        raises at the first one (units before it stay dispatched); otherwise
+        the record gets no unit, the error is logged and counted in
+        `skipped` / `dispatch_error`, and dispatch goes on — the store keeps
+        serving every queue, and the problem shows in its state."""
         added = 0
         queues = self.queues
-        for topic, qid, qo, offset, size, tag in units:
-            q = queues.get((topic, qid))
-            if q is None:
-                q = self._new(topic, qid)
-            added += q.dispatch(qo, offset, size, tag)
-        if self.write_through:
-            self._guarded(lambda: [q.write_pending() for q in queues.values()
-                                   if q._written < q.count])
+        try:
+            for topic, qid, qo, offset, size, tag, ts in units:
+                q = queues.get((topic, qid))
+                if q is None:
+                    q = self._new(topic, qid)
+                try:
+                    added += q.dispatch(qo, offset, size, tag)
+                except DispatchError as exc:
+                    if strict:
+                        raise
+                    self._skip(exc)
+                self.last_ts = ts  # after the unit: flush reads it before writing
+        finally:
+            if self.write_through and added:
+                with self._io_lock:
+                    self._guarded(lambda: [q.write_pending() for q in list(queues.values())
+                                           if q._written < q.count])
         return added
 
-    def _guarded(self, fn: Callable[[], object]) -> None:
+    def _skip(self, exc: DispatchError) -> None:
+        key = (exc.topic, exc.queue_id)
+        self.skipped_next[key] = max(self.skipped_next.get(key, 0), exc.index + 1)
+        self.skipped += 1
+        if self.dispatch_error is None:
+            self.dispatch_error = f"record without a consume queue unit: {exc}"
+        if self.skipped <= 10:
+            log.error("dispatch: %s; the record gets no unit (consumers of that queue will "
+                      "not see it)%s", exc, "; further ones are counted only"
+                      if self.skipped == 10 else "")
+
+    def _guarded(self, fn: Callable[[], object]) -> bool:
         """Run a file write of the queues. A failure (a full disk) is kept
         as `write_error` and logged, never raised: the units stay in memory
         for reads, later flushes retry, and recovery rebuilds whatever the
@@ -364,31 +422,82 @@ class ConsumeQueues:
                 log.warning("consume queue write failed (%s); the queues are rebuilt from "
                             "the CommitLog at the next open", exc)
             self.write_error = f"consume queue write failed: {exc}"
-        else:
-            self.write_error = None
+            return False
+        self.write_error = None
+        return True
 
-    def reput_start(self, commitlog_min: int) -> int:
-        """Where re-dispatch must start so that every record gets its unit.
-        A record lacking a unit lies after its own queue's last unit (a
-        queue's units are contiguous and ordered), so after the smallest
-        such end — or, for a queue with no unit at all, after the last queue
-        flush, which no queue's last end can exceed under `power` (units
-        after it were lost with memory) and which loses nothing under
-        `process` (units reach the OS at dispatch)."""
+    def max_end(self) -> int | None:
+        """The largest end of a record any queue indexes (RocketMQ's
+        maxPhysicOffset over the queues)."""
         ends = [e for q in self.queues.values() if (e := q.last_end()) is not None]
-        return min(ends) if ends else commitlog_min
+        return max(ends) if ends else None
 
-    def flush(self) -> None:
+    def reput_start(self, commitlog_min: int, *, floor: int) -> int:
+        """Where re-dispatch must start so that every record gets its unit:
+        the larger of two starts that are each safe.
+
+        Structural: a record lacking a unit lies after its own queue's last
+        unit (a queue's units are contiguous and ordered), so after the
+        smallest such end — or, for a queue with no unit at all, after the
+        last queue flush, which no queue's last end can exceed under `power`
+        (units after it were lost with memory) and which loses nothing under
+        `process` (units reach the OS at dispatch). One quiet queue holds
+        this back to its last message, so alone it could mean walking the
+        whole log at every open.
+
+        `floor`, from the store: after a clean shutdown every record had a
+        unit in the files, so the queues' largest end (RocketMQ's
+        reputFromOffset); after a crash, the segment abnormal recovery
+        started from, chosen by min(physic, logics) of the checkpoint — the
+        logics timestamp is written only after the units of every record up
+        to it were flushed (RocketMQ's recoverAbnormally re-dispatches from
+        there too)."""
+        ends = [e for q in self.queues.values() if (e := q.last_end()) is not None]
+        structural = min(ends) if ends else commitlog_min
+        return max(structural, floor)
+
+    def flush(self) -> int | None:
+        """Write and fsync every queue. Returns the store timestamp of the
+        last record whose unit — and every earlier record's — is now in the
+        files (the checkpoint's logicsMsgTimestamp), or None when the write
+        failed or nothing was dispatched yet. The timestamp is read BEFORE
+        writing: units dispatched meanwhile are written too, never fewer."""
+        ts = self.last_ts
+
         def flush_all() -> None:
-            for q in self.queues.values():
+            for q in list(self.queues.values()):
                 q.flush()
 
-        self._guarded(flush_all)
+        with self._io_lock:
+            ok = self._guarded(flush_all)
+        return ts if ok else None
 
     def truncate_after(self, commitlog_offset: int, on_cut: Callable[[], None]) -> None:
-        for q in self.queues.values():
-            q.truncate_after(commitlog_offset, on_cut)
+        with self._io_lock:
+            for q in self.queues.values():
+                q.truncate_after(commitlog_offset, on_cut)
+            # The last dispatched record may be gone: claim nothing until the
+            # next dispatch.
+            self.last_ts = None
+
+    def truncate_queue(self, topic: str, queue_id: int, keep: int,
+                       on_cut: Callable[[], None]) -> None:
+        """Keep the first `keep` units of one queue (a unit the CommitLog
+        contradicts, found by re-dispatch at open)."""
+        q = self.queues.get((topic, queue_id))
+        if q is not None:
+            with self._io_lock:
+                q.truncate_units(keep, on_cut)
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        """The QUEUEOFFSET each queue's next record takes (what
+        CommitLog._queue_offsets must continue from)."""
+        out = {k: q.count for k, q in self.queues.items()}
+        for k, n in self.skipped_next.items():
+            out[k] = max(out.get(k, 0), n)
+        return out
 
     def close(self) -> None:
-        for q in self.queues.values():
-            q.close()
+        with self._io_lock:
+            for q in self.queues.values():
+                q.close()

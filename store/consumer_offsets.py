@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from store.segments import fsync_dir
@@ -49,17 +50,29 @@ def _parse(text: str) -> dict[str, dict[int, int]]:
 
 
 class ConsumerOffsetTable:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, before_rename: Callable[[], None] | None = None
+                 ) -> None:
         self.directory = directory
         self.path = os.path.join(directory, FILE_NAME)
         self._table: dict[str, dict[int, int]] = {}
-        self._lock = threading.Lock()
-        self.dirty = False
+        self._lock = threading.Lock()  # the table
+        # One persist at a time: the store's service and a slave's sync both
+        # persist, and two writers of one temp file would rename a mix.
+        self._persist_lock = threading.Lock()
+        self._changes = 0  # commits since the table was created
+        self._persisted = 0  # of them, how many the file holds
+        self._before_rename = before_rename  # a failpoint's hook
         self.note: str | None = None
 
+    @property
+    def dirty(self) -> bool:
+        """Whether commits were made since the last successful persist."""
+        return self._changes != self._persisted
+
     @classmethod
-    def load(cls, directory: str) -> ConsumerOffsetTable:
-        t = cls(directory)
+    def load(cls, directory: str, *, before_rename: Callable[[], None] | None = None
+             ) -> ConsumerOffsetTable:
+        t = cls(directory, before_rename=before_rename)
         problems = []
         for path in (t.path, t.path + ".bak"):
             try:
@@ -88,7 +101,7 @@ class ConsumerOffsetTable:
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self._lock:
             self._table.setdefault(_key(group, topic), {})[queue_id] = offset
-            self.dirty = True
+            self._changes += 1
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
@@ -101,22 +114,28 @@ class ConsumerOffsetTable:
     def replace_all(self, snapshot: dict[str, dict[int, int]]) -> None:
         with self._lock:
             self._table = {k: dict(v) for k, v in snapshot.items()}
-            self.dirty = True
+            self._changes += 1
 
     def persist(self) -> None:
-        """Write the table atomically (see the module docstring)."""
-        with self._lock:
-            table = {k: {str(q): o for q, o in sorted(v.items())}
-                     for k, v in sorted(self._table.items())}
-            doc: dict[str, Any] = {"offsetTable": table}
-            self.dirty = False
-        os.makedirs(self.directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            os.replace(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
-        fsync_dir(self.directory)
+        """Write the table atomically (see the module docstring). Raises
+        OSError when it could not; the table stays dirty, so the next
+        persist retries, and the files keep the last persisted table."""
+        with self._persist_lock:
+            with self._lock:
+                table = {k: {str(q): o for q, o in sorted(v.items())}
+                         for k, v in sorted(self._table.items())}
+                doc: dict[str, Any] = {"offsetTable": table}
+                changes = self._changes
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            if self._before_rename is not None:
+                self._before_rename()
+            if os.path.exists(self.path):
+                os.replace(self.path, self.path + ".bak")
+            os.replace(tmp, self.path)
+            fsync_dir(self.directory)
+            self._persisted = changes

@@ -24,6 +24,8 @@ KNOWN = {
     "recovery_truncate": "any: recovery zeroed the header at the cut, before clearing the tail",
     "consume_queue_truncate": "any: a ConsumeQueue cut zeroed its first dropped unit, before "
                               "shortening the file",
+    "consumer_offsets_before_rename": "any: the offset table's temp file written and synced, "
+                                      "before the renames that replace the file",
     "before_flush_sync": "any: a flush wrote its bytes, before the fsync (delay: a slow disk)",
 }
 

@@ -25,12 +25,15 @@ from store.record import (
 )
 
 # TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG of any layout, and the
-# BODY length where both hosts are IPv4.
+# BODY length and STORETIMESTAMP where both hosts are IPv4.
 _HEAD = struct.Struct(">iI4xi4xq8xi")
 _V4_BODY_LEN = struct.Struct(">i")
+_V4_STORE_TS = struct.Struct(">q")
+_V4_STORE_TS_AT = 56  # after BORNTIMESTAMP (40) and an IPv4 BORNHOST (48)
 _TAGS = b"TAGS\x01"
 
-Unit = tuple[str, int, int, int, int, int]  # topic, queue id, queue offset, offset, size, tag
+# topic, queue id, queue offset, offset, size, tag hash, store timestamp (ms)
+Unit = tuple[str, int, int, int, int, int, int]
 
 
 def units(buf: bytes | memoryview, base: int) -> Iterator[Unit]:
@@ -48,7 +51,8 @@ def units(buf: bytes | memoryview, base: int) -> Iterator[Unit]:
         _, _, qid, qo, sys_flag = _HEAD.unpack_from(buf, pos)
         if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
             rec = decode(buf, pos, offset=base + pos, check_crc=False)
-            yield (rec.topic, qid, qo, base + pos, size, tags_hash(rec.properties.get("TAGS")))
+            yield (rec.topic, qid, qo, base + pos, size, tags_hash(rec.properties.get("TAGS")),
+                   rec.store_timestamp_ms)
         else:
             (body_len,) = _V4_BODY_LEN.unpack_from(buf, pos + V4_FIXED_SIZE - 4)
             t = pos + V4_FIXED_SIZE + body_len
@@ -60,5 +64,6 @@ def units(buf: bytes | memoryview, base: int) -> Iterator[Unit]:
             tag = 0
             if _TAGS in props:
                 tag = tags_hash(decode_properties(props, lenient=True).get("TAGS"))
-            yield (topic, qid, qo, base + pos, size, tag)
+            (store_ts,) = _V4_STORE_TS.unpack_from(buf, pos + _V4_STORE_TS_AT)
+            yield (topic, qid, qo, base + pos, size, tag, store_ts)
         pos += size

@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import mmap
 import os
 import threading
@@ -47,6 +48,7 @@ from store.status import (
 )
 
 __all__ = ["MessageStore", "StoreOpenError", "StoreLockedError", "ConfigError"]
+_log = logging.getLogger("dlab.store")
 
 
 class StoreOpenError(RuntimeError):
@@ -196,6 +198,7 @@ class MessageStore:
         # A cap on coalesced puts, so that under load several flush groups
         # are in flight: one group's fsync runs while the next is encoded.
         self._max_coalesce = 32
+        self.offsets_error: str | None = None  # the last failed periodic persist
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -275,6 +278,7 @@ class MessageStore:
             cpf = CheckpointFile(os.path.join(path, "checkpoint"))
             if checkpoint:
                 cpf.last_ms = checkpoint.physic_ms
+                cpf.logics_ms = checkpoint.logics_ms
             log = CommitLog(
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
                 plan.last_store_timestamp_ms or 0, failpoints,
@@ -282,8 +286,11 @@ class MessageStore:
             queues = ConsumeQueues(path, file_units=config.consume_queue_file_units,
                                    write_through=config.crash_model == CrashModel.PROCESS)
             queues.load(log.wrote, lambda: failpoints.hit("consume_queue_truncate"))
+            floor = _reput_floor(plan, queues.max_end(), log.min_offset, log.wrote)
             try:
-                offsets = ConsumerOffsetTable.load(os.path.join(path, "config"))
+                offsets = ConsumerOffsetTable.load(
+                    os.path.join(path, "config"),
+                    before_rename=lambda: failpoints.hit("consumer_offsets_before_rename"))
             except OffsetTableError as exc:
                 raise StoreOpenError(str(exc)) from None
             notes = queues.notes + ([offsets.note] if offsets.note else [])
@@ -294,24 +301,65 @@ class MessageStore:
                 s.close()
             raise
         store = cls(path, config, log, lock, report, clock, failpoints)
-        store._attach_queues(queues, offsets)
+        store._attach_queues(queues, offsets, floor)
         return store
 
-    def _attach_queues(self, queues: ConsumeQueues, offsets: ConsumerOffsetTable) -> None:
+    def _attach_queues(self, queues: ConsumeQueues, offsets: ConsumerOffsetTable,
+                       floor: int) -> None:
         """Re-dispatch what recovery left without units, then let QUEUEOFFSET
         continue from the queues (they survive restarts; memory does not)."""
         self.queues = queues
         self.consumer_offsets = offsets
-        self._reput_at = queues.reput_start(self.log.min_offset)
+        self._reput_lock = threading.Lock()
+        self._reput_at = queues.reput_start(self.log.min_offset, floor=floor)
+        self.reput_from = self._reput_at  # where open-time re-dispatch started
         try:
-            self.reput()
-        except (DispatchError, CorruptRecordError) as exc:
+            notes = self._rebuild()
+        except (DispatchError, CorruptRecordError, OSError) as exc:
             self.log.close()
+            queues.close()
             raise StoreOpenError(f"rebuilding the consume queues of {self.path} failed: {exc}; "
                                  "remove its consumequeue/ directory to rebuild them from the "
                                  "CommitLog") from None
+        if notes:
+            self.recovery = dataclasses.replace(
+                self.recovery, problems=self.recovery.problems + notes)
         with self.log._lock:
-            self.log._queue_offsets = {k: q.count for k, q in queues.queues.items()}
+            self.log._queue_offsets = queues.next_queue_offsets()
+
+    def _rebuild(self) -> list[str]:
+        """Open-time re-dispatch, strict: the CommitLog is the truth.
+        - a unit the CommitLog contradicts (a record with that QUEUEOFFSET
+          sits elsewhere) is cut with everything after it in its queue, and
+          dispatch goes on: the records re-create the units;
+        - a gap (a record's QUEUEOFFSET beyond its queue) means the start
+          was too late: one more pass from the first record;
+        - a gap that remains is in the CommitLog itself: logged, noted, and
+          dispatch goes on without those records (non-strict).
+        Returns notes for the recovery report."""
+        notes: list[str] = []
+        start = self._reput_at
+        from_first = start <= self.log.min_offset
+        on_cut = lambda: self.failpoints.hit("consume_queue_truncate")  # noqa: E731
+        for _ in range(10_000):
+            try:
+                self._reput_from_here(strict=True)
+                return notes
+            except DispatchError as exc:
+                if exc.kind == "conflict":
+                    notes.append(f"{exc}: queue cut to {exc.index} units and rebuilt from "
+                                 "the CommitLog")
+                    self.queues.truncate_queue(exc.topic, exc.queue_id, exc.index, on_cut)
+                elif not from_first:
+                    notes.append(f"{exc}: re-dispatching from the first record "
+                                 f"(the start {start} was too late)")
+                    self._reput_at, from_first = self.log.min_offset, True
+                else:
+                    break
+        self._reput_from_here(strict=False)
+        notes.append(f"{self.queues.skipped} record(s) left without a consume queue unit: "
+                     f"{self.queues.dispatch_error}")
+        return notes
 
     # --------------------------------------------------------------- service
     async def start(self) -> None:
@@ -329,32 +377,59 @@ class MessageStore:
     async def _consume_side_service(self) -> None:
         """Dispatch and flush the consume queues every
         consume_queue_flush_interval_ms; persist the consumer offset table
-        every consumer_offset_persist_interval_ms (when it changed)."""
+        every consumer_offset_persist_interval_ms (when it changed). Errors
+        are logged and kept in state(); the service keeps running (a dead
+        service would stop both silently)."""
         cfg = self.config
         last_persist = self.clock.monotonic()
         while not self._closing:
             await asyncio.sleep(cfg.consume_queue_flush_interval_ms / 1000)
-            self.reput()
-            await self._run(self.queues.flush)
+            try:
+                self.reput()
+                await self._run(self._flush_queues)
+            except Exception:  # a bug: say so, keep serving
+                _log.exception("consume queue dispatch/flush failed")
             now = self.clock.monotonic()
             if (self.consumer_offsets.dirty
                     and now - last_persist >= cfg.consumer_offset_persist_interval_ms / 1000):
                 last_persist = now
-                await self._run(self.consumer_offsets.persist)
+                try:
+                    await self._run(self.consumer_offsets.persist)
+                    self.offsets_error = None
+                except OSError as exc:
+                    if self.offsets_error is None:
+                        _log.warning("persisting consumer offsets failed (%s); retrying", exc)
+                    self.offsets_error = f"consumer offset persist failed: {exc}"
+
+    def _flush_queues(self) -> None:
+        """Flush the consume queues, then record in the checkpoint
+        (logicsMsgTimestamp) up to which record their units are durable."""
+        ts = self.queues.flush()
+        if ts is not None:
+            with contextlib.suppress(OSError):  # stale only widens recovery
+                self.log.checkpoint.update_logics(ts)
 
     # ------------------------------------------------------------ consume side
     def reput(self) -> None:
         """Dispatch every record appended since the last call into its
-        ConsumeQueue (RocketMQ's ReputMessageService; off the put path)."""
-        end = self.log.wrote
-        pos = self._reput_at
-        while pos < end:
-            data, nxt = self.log.read_range(pos, 1 << 20)
-            if nxt <= pos:
-                break
-            self.queues.dispatch(reput_units(data, pos))
-            pos = nxt
-        self._reput_at = pos
+        ConsumeQueue (RocketMQ's ReputMessageService; off the put path). A
+        record that does not fit its queue is logged and counted
+        (state()["consume_queue_dispatch_error"]), never raised."""
+        self._reput_from_here(strict=False)
+
+    def _reput_from_here(self, *, strict: bool) -> None:
+        # One walker at a time: the loop (reads) and the flusher thread
+        # (close) both call it, and dispatch checks-then-appends.
+        with self._reput_lock:
+            end = self.log.wrote
+            pos = self._reput_at
+            while pos < end:
+                data, nxt = self.log.read_range(pos, 1 << 20)
+                if nxt <= pos:
+                    break
+                self.queues.dispatch(reput_units(data, pos), strict=strict)
+                pos = nxt
+                self._reput_at = pos
 
     def confirmed_offset(self) -> int:
         """How far consumers may read: `flushed` under SYNC_FLUSH, so nothing
@@ -399,8 +474,24 @@ class MessageStore:
             return GetMessagesResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         found: list[QueuedMessage] = []
         for i in range(offset, min(high, offset + max_count)):
-            cl_offset, _size, _tag = q.unit(i)
-            found.append(QueuedMessage(i, cl_offset, self.log.read_record(cl_offset)))
+            cl_offset, size, _tag = q.unit(i)
+            try:
+                record = self.log.read_record(cl_offset)
+            except (CorruptRecordError, ValueError) as exc:
+                problem = f"cannot read: {exc}"
+            else:
+                if (record.size, record.topic, record.queue_id, record.queue_offset) == \
+                        (size, topic, queue_id, i):
+                    found.append(QueuedMessage(i, cl_offset, record))
+                    continue
+                problem = (f"the record there is {record.topic}/{record.queue_id} "
+                           f"#{record.queue_offset}, size {record.size}")
+            if found:  # serve what was read; the next pull starts at the bad unit
+                break
+            # RocketMQ's OFFSET_FOUND_NULL: the unit has no readable record of
+            # its own; the consumer moves past it (a message it never gets).
+            _log.warning("%s/%d unit %d at %d: %s", topic, queue_id, i, cl_offset, problem)
+            return GetMessagesResult(GetMessageStatus.OFFSET_FOUND_NULL, [], i + 1, low, high)
         return GetMessagesResult(GetMessageStatus.FOUND, found, offset + len(found), low, high)
 
     def truncate_to(self, offset: int) -> None:
@@ -408,10 +499,17 @@ class MessageStore:
         durably (a slave told to truncate to its master's offset)."""
         self.reput()  # every record before the cut has its unit: counts stay right
         self.log.truncate_to(offset)
-        self.queues.truncate_after(offset, lambda: self.failpoints.hit("consume_queue_truncate"))
-        self._reput_at = min(self._reput_at, offset)
+        with self._reput_lock:
+            self.queues.truncate_after(
+                offset, lambda: self.failpoints.hit("consume_queue_truncate"))
+            self._reput_at = min(self._reput_at, offset)
+        # The logics timestamp may name a record just cut: claim nothing
+        # until the queues are flushed again (a stale-low value only widens
+        # the next recovery).
+        with contextlib.suppress(OSError):
+            self.log.checkpoint.update_logics(0)
         with self.log._lock:
-            self.log._queue_offsets = {k: q.count for k, q in self.queues.queues.items()}
+            self.log._queue_offsets = self.queues.next_queue_offsets()
 
     async def _run(self, fn: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -574,6 +672,10 @@ class MessageStore:
             "segment_size_bytes": self.config.segment_size_bytes,
             "failed": pos.failed,
             "consume_queue_error": self.queues.write_error,
+            "consume_queue_reput_from": self.reput_from,
+            "consume_queue_dispatch_error": self.queues.dispatch_error,
+            "consume_queue_records_skipped": self.queues.skipped,
+            "consumer_offsets_error": self.offsets_error,
             "recovery": asdict(self.recovery),
         }
 
@@ -619,7 +721,7 @@ class MessageStore:
             self.log.flush()
             self.log.sync_checkpoint()
             self.reput()
-            self.queues.flush()  # a failure is kept in queues.write_error
+            self._flush_queues()  # a failure is kept in queues.write_error
             self.consumer_offsets.persist()
             clean = self.queues.write_error is None
         except (StoreFailedError, OSError):
@@ -632,6 +734,19 @@ class MessageStore:
                     os.unlink(os.path.join(self.path, "abort"))
                 fsync_dir(self.path)
             self._lock.release()
+
+
+def _reput_floor(plan: RecoveryPlan, queues_max_end: int | None, log_min: int,
+                 log_end: int) -> int:
+    """The later of the safe re-dispatch starts the store knows (see
+    ConsumeQueues.reput_start): after a clean shutdown, the queues' largest
+    end; after a crash, the segment abnormal recovery started from (the
+    checkpoint's min of physic and logics timestamps picked it)."""
+    if plan.abnormal:
+        floor = log_min if plan.start_segment is None else plan.start_segment
+    else:
+        floor = log_min if queues_max_end is None else queues_max_end
+    return max(log_min, min(floor, log_end))
 
 
 def _report(plan: RecoveryPlan, problems: list[str]) -> RecoveryReport:
