@@ -130,20 +130,35 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
     puts = int(runs["puts"].sum())
     if puts:
         parts.append(f"{runs['failed'].sum() / puts:.1%} of puts failed.")
-    consumed = runs[runs["delivered"].notna()]
-    if len(consumed):
-        dups = int(consumed["duplicates_delivered"].sum())
-        never = int(consumed["stored_never_delivered"].sum())
-        lost = int(consumed["delivered_then_lost"].sum())
-        parts.append(
-            f"Consuming while producing ({_plural(len(consumed), 'run')}, "
-            f"{', '.join(sorted(consumed['scenario'].unique()))}): "
-            f"{dups:,} duplicate deliver{'y' if dups == 1 else 'ies'}"
-            + (f", **{_plural(never, 'stored message')} never delivered**" if never
-               else ", every stored message delivered")
-            + (f", **{_plural(lost, 'message')} delivered and then lost** (consumed before "
-               "it was durable)." if lost else ", nothing delivered that was later lost."))
+    parts += consume_finding(runs)
     return " ".join(parts)
+
+
+def consume_finding(runs: pd.DataFrame) -> list[str]:
+    """The consume side of a mode's finding: one sentence, or none when no
+    run of the mode consumed."""
+    consumed = runs[runs["delivered"].notna()]
+    if not len(consumed):
+        return []
+    dups = int(consumed["duplicates_delivered"].sum())
+    lost = int(consumed["delivered_then_lost"].sum())
+    drained = consumed[consumed["stored_never_delivered"].notna()]
+    never = int(drained["stored_never_delivered"].sum())
+    if not len(drained):
+        stored = ", the consumer never drained (what was stored but not delivered is unknown)"
+    elif never:
+        stored = f", **{_plural(never, 'stored message')} never delivered**"
+    else:
+        stored = ", every stored message delivered"
+    if len(drained) < len(consumed) and len(drained):
+        stored += f" (of {_plural(len(drained), 'run')} whose consumer drained)"
+    return [
+        f"Consuming while producing ({_plural(len(consumed), 'run')}, "
+        f"{', '.join(sorted(consumed['scenario'].unique()))}): "
+        f"{dups:,} duplicate deliver{'y' if dups == 1 else 'ies'}" + stored
+        + (f", **{_plural(lost, 'message')} delivered and then lost** (consumed before "
+           f"{'it was' if lost == 1 else 'they were'} durable)." if lost
+           else ", nothing delivered that was later lost.")]
 
 
 def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],

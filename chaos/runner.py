@@ -33,8 +33,8 @@ from chaos.consumer_proc import ConsumerProcess
 from chaos.plan import RunPlan, plan_run
 from chaos.readback import read_back
 from chaos.scenarios import Scenario, Step
-from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
-from chaos.workload import Sender, Workload, WorkloadConfig
+from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
+from chaos.workload import TOPIC, Sender, Workload, WorkloadConfig
 from cluster.backend import (
     ClusterBackend,
     ClusterSpec,
@@ -128,7 +128,7 @@ class Run:
     # ------------------------------------------------------------ helpers
     def _targets(self, target: str) -> list[str]:
         if target == "consumer":
-            return ["consumer"]
+            return [CONSUMER_NODE]
         if target == "master":
             return [self.master]
         if target == "slave":
@@ -163,7 +163,7 @@ class Run:
         t = now_ms()
         rng = random.Random(self.plan.disk_fault_seed + len(self.state.faults))
         for name in self._targets(step.target):
-            if name == "consumer":
+            if name == CONSUMER_NODE:
                 assert self.consumer is not None
                 if step.action == "kill":
                     self.consumer.kill()
@@ -316,7 +316,8 @@ class Run:
             if cfg.scenario.consume:
                 self.consumer = ConsumerProcess(
                     self.run_dir, token_file=os.path.join(self.cluster_dir, "token"),
-                    targets=[backend.node(n).address for n in (self.master, *self.slaves)])
+                    topic=TOPIC,
+                    targets={n: backend.node(n).address for n in (self.master, *self.slaves)})
                 self.consumer.start()
             t0 = loop.time()
             for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
@@ -350,11 +351,15 @@ class Run:
                     self._observe_slave_ahead(_recovered(st))
         self._settle(backend)
         if self.consumer is not None:
-            # The consumer drains what the cluster holds before the nodes stop,
-            # so "stored but never delivered" means what it says.
+            # The consumer drains what the cluster holds before the nodes stop
+            # (the load has ended), so "stored but never delivered" means
+            # what it says.
             if not self.consumer.running:
+                t = now_ms()
                 self.consumer.start()
-                self._fault("start", "consumer", t, end=now_ms(), detail="end of run")
+                self._fault("start", CONSUMER_NODE, t, end=now_ms(),
+                            detail=f"end of run: consumer incarnation "
+                                   f"{self.consumer.incarnations}")
             self.consumer.drain()
         for name in (*self.slaves, self.master):
             backend.stop(name)
@@ -420,7 +425,10 @@ class Run:
         write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.state.faults)
         write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.state.observations)
         if self.consumer is not None:
-            write_jsonl(os.path.join(self.run_dir, "consumed.jsonl"), self.consumer.rows())
+            consumed, committed, summary = self.consumer.collect()
+            write_jsonl(os.path.join(self.run_dir, "consumed.jsonl"), consumed)
+            write_jsonl(os.path.join(self.run_dir, "committed.jsonl"), committed)
+            write_json(os.path.join(self.run_dir, "consumer.json"), summary)
         write_json(os.path.join(self.run_dir, "params.json"), {
             "schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "role": cfg.role,
             "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,

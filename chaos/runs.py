@@ -23,6 +23,7 @@ from typing import Any
 
 from chaos import promises
 from chaos.schema import (
+    CONSUMER_NODE,
     FAULTS,
     FINAL,
     HISTORY,
@@ -34,6 +35,7 @@ from chaos.schema import (
     SchemaError,
     check_row,
     read_jsonl,
+    validate_consumer_files,
 )
 from store.status import PutStatus
 
@@ -183,7 +185,8 @@ def load_run(run_dir: str, index: int) -> RunInfo:
     faults = _load_rows(os.path.join(run_dir, "faults.jsonl"), FAULTS)
     for n, f in enumerate(faults, 1):
         for key in ("node", "peer"):
-            if f[key] is not None and f[key] not in names:
+            if f[key] is not None and f[key] not in names and not (
+                    key == "node" and f[key] == CONSUMER_NODE):
                 raise SchemaError(f"{run_dir}/faults.jsonl:{n}: {key} {f[key]!r} "
                                   f"is not a node of the run ({', '.join(names)})")
     observations = _load_rows(os.path.join(run_dir, "observations.jsonl"), OBSERVATIONS)
@@ -215,6 +218,7 @@ def load_run(run_dir: str, index: int) -> RunInfo:
                               final=final, disk_void_until_ms=disk, copy_void_until_ms=copy))
     if not os.path.isfile(os.path.join(run_dir, "history.jsonl")):
         raise SchemaError(f"{run_dir}/history.jsonl: missing")
+    validate_consumer_files(run_dir)  # small; absent for runs without a consumer
     return RunInfo(index=index, run_dir=run_dir, params=params, nodes=tuple(nodes),
                    faults=tuple(faults), observations=tuple(observations))
 

@@ -10,10 +10,19 @@
                                   the run, RECORDS fields, in offset order
       nodes/NAME/final.json       NAME's final positions, FINAL fields
       nodes/NAME/node.log         the node's log (free text, not parsed)
-      consumed.jsonl              only for scenarios that consume: one row per
-                                  message the consumer was handed, CONSUMED
-                                  fields, in delivery order (absent otherwise)
+    and, only for scenarios that consume while producing (absent otherwise;
+    a run without them is read as a run without a consumer):
+      consumed.jsonl              one row per message the consumer was handed,
+                                  CONSUMED fields, in delivery order
+      committed.jsonl             one row per queue offset a broker accepted
+                                  from the consumer, COMMITTED fields
+      consumer.json               the consumer's summary, CONSUMER fields
       consumer/N.jsonl, N.log     each consumer incarnation's raw output
+                                  (chaos/consumer_proc.py; not read by the
+                                  pipeline)
+
+A fault row whose node is "consumer" (CONSUMER_NODE) acted on the consumer
+process, not on a node.
 
 Times are epoch milliseconds. Every JSON Lines file is UTF-8, one object a
 line. SCHEMA_VERSION changes whenever a field changes meaning.
@@ -115,10 +124,38 @@ CONSUMED: dict[str, tuple[str, bool, str]] = {
     "queue_id": ("int", False, "queue id"),
     "queue_offset": ("int", False, "QUEUEOFFSET of the message"),
     "commitlog_offset": ("int", False, "where its record was on the node that served it"),
-    "node": ("str", False, "address of the node that served the pull"),
-    "node_role": ("str", False, "that node's role (a consumer may read from a slave)"),
-    "time_ms": ("int", False, "when the consumer was handed it"),
+    "node": ("str", False, "name of the node that served the pull (a consumer reads "
+                           "from a slave while the master is down)"),
+    "node_role": ("str", False, "that node's role"),
+    "time_ms": ("int", False, "when the consumer was handed it (recorded before its "
+                              "offset moved past it)"),
 }
+
+COMMITTED: dict[str, tuple[str, bool, str]] = {
+    "incarnation": ("int", False, "consumer process number"),
+    "topic": ("str", False, "topic"),
+    "queue_id": ("int", False, "queue id"),
+    "offset": ("int", False, "the next queue offset to consume, as committed"),
+    "time_ms": ("int", False, "when the broker accepted it"),
+}
+
+CONSUMER: dict[str, tuple[str, bool, str]] = {
+    "group": ("str", False, "consumer group"),
+    "topic": ("str", False, "topic consumed"),
+    "commit_interval_ms": ("int", False, "how often the consumer commits its offsets"),
+    "incarnations": ("int", False, "consumer processes started in the run"),
+    "drain_started_ms": ("int", True, "when the harness asked the consumer to drain "
+                                      "(after the load ended); null if it did not"),
+    "drained": ("bool", False, "the last incarnation consumed until the cluster had nothing "
+                               "more for it and stopped cleanly; when false, what was "
+                               "stored but never delivered is unknown"),
+    "ended_ms": ("int", True, "when the last incarnation stopped cleanly"),
+    "end_offsets": ("dict", True, "queue id -> the last incarnation's next offset at its end"),
+    "max_offsets": ("dict", True, "node name -> queue id -> the node's consumable max "
+                                  "offset when the consumer ended"),
+}
+
+CONSUMER_NODE = "consumer"
 
 FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
     "params.json": PARAMS,
@@ -128,6 +165,8 @@ FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
     "records.jsonl": RECORDS,
     "final.json": FINAL,
     "consumed.jsonl": CONSUMED,
+    "committed.jsonl": COMMITTED,
+    "consumer.json": CONSUMER,
 }
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -219,10 +258,7 @@ def validate_run_dir(run_dir: str) -> list[str]:
         path = need(rel)
         for n, row in enumerate(read_jsonl(path), 1):
             check_row(row, fields, f"{path}:{n}")
-    consumed = os.path.join(run_dir, "consumed.jsonl")
-    if os.path.isfile(consumed):
-        for n, row in enumerate(read_jsonl(consumed), 1):
-            check_row(row, CONSUMED, f"{consumed}:{n}")
+    validate_consumer_files(run_dir)
     names = [n["name"] for n in params["nodes"]]
     for name in names:
         path = need(os.path.join("nodes", name, "records.jsonl"))
@@ -236,3 +272,27 @@ def validate_run_dir(run_dir: str) -> list[str]:
                 raise SchemaError(f"{final_path}: not JSON ({exc.msg})") from None
         check_row(final, FINAL, final_path)
     return names
+
+
+def validate_consumer_files(run_dir: str) -> bool:
+    """Check a run's consumer files: all three or none. Returns whether the
+    run had a consumer; raises SchemaError naming the first problem."""
+    paths = {rel: os.path.join(run_dir, rel)
+             for rel in ("consumed.jsonl", "committed.jsonl", "consumer.json")}
+    present = [rel for rel, path in paths.items() if os.path.isfile(path)]
+    if not present:
+        return False
+    if len(present) != len(paths):
+        missing = sorted(set(paths) - set(present))
+        raise SchemaError(f"{run_dir}: has {', '.join(present)} but not {', '.join(missing)} "
+                          "(a run's consumer files come together)")
+    for rel, fields in (("consumed.jsonl", CONSUMED), ("committed.jsonl", COMMITTED)):
+        for n, row in enumerate(read_jsonl(paths[rel]), 1):
+            check_row(row, fields, f"{paths[rel]}:{n}")
+    with open(paths["consumer.json"], encoding="utf-8") as f:
+        try:
+            summary = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{paths['consumer.json']}: not JSON ({exc.msg})") from None
+    check_row(summary, CONSUMER, paths["consumer.json"])
+    return True

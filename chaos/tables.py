@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from chaos import promises
+from chaos import consumption, promises
 from chaos.runs import RunInfo
 
 PUT_OK = "PUT_OK"
@@ -37,8 +37,7 @@ COUNTS = (
 
 
 # Consume-side figures (chaos.consumption); empty for runs without a consumer.
-CONSUME_COLUMNS = ("delivered", "duplicates_delivered", "stored_never_delivered",
-                   "delivered_then_lost", "consumer_incarnations")
+CONSUME_COLUMNS = consumption.COLUMNS
 
 
 def percentiles(values: Any, counts: Any, ps: Sequence[float]) -> list[float | None]:
@@ -65,7 +64,7 @@ def group_key(run: RunInfo) -> tuple[Any, ...]:
 
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
-                   consume: Mapping[int, Mapping[str, int] | None] | None = None
+                   consume: Mapping[int, Mapping[str, int | None] | None] | None = None
                    ) -> pd.DataFrame:
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
@@ -124,7 +123,8 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         }
         c = (consume or {}).get(i)
         for k in CONSUME_COLUMNS:
-            row[k] = None if c is None else int(c[k])
+            v = None if c is None else c[k]
+            row[k] = None if v is None else int(v)
         row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
         row["slave_ahead"] = row["slave_ahead_bytes"] > 0
         row["verdict"] = "violation" if row["promise_violations"] else "ok"
