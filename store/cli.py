@@ -52,6 +52,8 @@ examples:
              truncates_at, segments_removed, notes};
   markers: {abort_present, abort_pid, lock_present, lock_pid, checkpoint,
             checkpoint_problem};
+  consume_queues: [{topic, queue_id, files, units, min_offset, max_offset,
+                    first_bad_unit, reason}]  (units: what recovery keeps);
   with --records, record_list: [{offset, size, topic, uniq_key, body_crc,
                                  store_timestamp_ms}].
 
@@ -163,6 +165,7 @@ def format_report(r: InspectReport) -> str:
                                            else "absent: last shutdown was clean"))
     if m.checkpoint is not None:
         lines.append(f"  checkpoint        physic {_when(m.checkpoint.physic_ms)}")
+        lines.append(f"                    logics {_when(m.checkpoint.logics_ms)}")
     else:
         lines.append(f"  checkpoint        unusable: {m.checkpoint_problem}")
     lines.append("  lock              " + (f"last opened by pid {m.lock_pid or '?'}"
@@ -196,6 +199,15 @@ def format_report(r: InspectReport) -> str:
                          f"{s.end:>14}")
         if any(not s.in_log for s in r.segments):
             lines.append("  * past the end of the log: its records do not count")
+    if r.consume_queues:
+        lines.append("")
+        lines.append("consume queues:")
+        lines.append(f"  {'topic/queue':<24} {'files':>5} {'units':>9} {'min':>9} {'max':>9}  "
+                     "first bad unit")
+        for q in r.consume_queues:
+            bad = "-" if q.first_bad_unit is None else f"{q.first_bad_unit}: {q.reason}"
+            lines.append(f"  {q.topic + '/' + str(q.queue_id):<24} {q.files:>5} {q.units:>9} "
+                         f"{q.min_offset:>9} {q.max_offset:>9}  {bad}")
     if r.problems:
         lines.append("")
         lines.append("problems:")

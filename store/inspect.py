@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from store.checkpoint import Checkpoint, read_checkpoint
+from store.consumequeue import DIR_NAME as CQ_DIR
+from store.consumequeue import UNIT, UNIT_SIZE
 from store.record import MESSAGE_MAGIC, CorruptRecordError, Record, decode, peek
 from store.recovery import first_record_timestamp, plan_recovery, scan_segment
 from store.segments import NAME_DIGITS, SegmentListing, list_segments, segment_name
@@ -109,6 +111,26 @@ class Markers:
 
 
 @dataclass(frozen=True)
+class QueueReport:
+    """One ConsumeQueue (consumequeue/<topic>/<queue id>/) as its files are.
+
+    `units` is how many recovery would keep: the contiguous valid units
+    (offset >= 0, size > 0, the record ending within the log recovery keeps)
+    from the first; consumers read queue offsets [min_offset, max_offset).
+    `first_bad_unit` is the first unit that is not one (None when the data
+    simply ends: zero units, or the end of the files), with `reason`."""
+
+    topic: str
+    queue_id: int
+    files: int
+    units: int
+    min_offset: int
+    max_offset: int
+    first_bad_unit: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class InspectReport:
     path: str
     segment_size: int | None  # inferred from the files
@@ -129,6 +151,7 @@ class InspectReport:
     problems: list[str]  # everything a user should look at, one sentence each
     recovery: RecoveryPreview
     markers: Markers
+    consume_queues: list[QueueReport] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -141,6 +164,61 @@ class InspectReport:
 
 
 # ---------------------------------------------------------------- the core
+def check_units(data: Buffer, log_end: int) -> tuple[int, int | None, str | None]:
+    """Scan ConsumeQueue units (store.consumequeue's 20-byte layout) as
+    recovery does: (valid units from the first, index of the first bad one
+    or None, why). All-zero units end the data without being bad."""
+    n = len(data) // UNIT_SIZE
+    for i, (offset, size, tag) in enumerate(UNIT.iter_unpack(data[: n * UNIT_SIZE])):
+        if offset < 0 or size <= 0:
+            if offset == size == tag == 0:
+                if any(data[i * UNIT_SIZE:]):
+                    return i, i, "a zero unit with data after it"
+                return i, None, None
+            return i, i, f"invalid unit (offset {offset}, size {size})"
+        if offset + size > log_end:
+            return i, i, f"points past the end of the log ({offset}+{size} > {log_end})"
+    if len(data) % UNIT_SIZE:
+        return n, n, f"{len(data) % UNIT_SIZE} trailing byte(s) of a partial unit"
+    return n, None, None
+
+
+def inspect_consume_queues(root: str, log_end: int) -> tuple[list[QueueReport], list[str]]:
+    """Every queue under `<root>/consumequeue/`, read-only, and problems
+    (misnamed files, directories that are not queues)."""
+    base = os.path.join(root, CQ_DIR)
+    out: list[QueueReport] = []
+    problems: list[str] = []
+    try:
+        topics = sorted(os.listdir(base))
+    except OSError:
+        return out, problems
+    for topic in topics:
+        tdir = os.path.join(base, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in sorted(os.listdir(tdir), key=lambda q: (len(q), q)):
+            qdir = os.path.join(tdir, qid)
+            if not qid.isdigit() or not os.path.isdir(qdir):
+                problems.append(f"{CQ_DIR}/{topic}/{qid} is not a queue directory")
+                continue
+            names = sorted(n for n in os.listdir(qdir) if len(n) == NAME_DIGITS and n.isdigit())
+            data = bytearray()
+            reason = None
+            for name in names:
+                if int(name) != len(data):
+                    reason = (f"file {name} does not start where the previous one ends "
+                              f"(byte {len(data)})")
+                    break
+                with open(os.path.join(qdir, name), "rb") as f:
+                    data += f.read()
+            units, bad, why = check_units(memoryview(data), log_end)
+            if reason is not None and bad is None:
+                bad, why = units, reason
+            out.append(QueueReport(topic, int(qid), len(names), units, 0, units, bad, why))
+    return out, problems
+
+
 ZeroFrom = Callable[[int, int], bool]  # (segment start, position in it) -> all zero after?
 
 
@@ -489,7 +567,15 @@ class StoreFiles:
             os.close(fd)
 
     def inspect(self) -> InspectReport:
-        return inspect_log(self.path, self.listing, self.read, self.markers, self.zero_from)
+        report = inspect_log(self.path, self.listing, self.read, self.markers, self.zero_from)
+        # Units are judged against the log recovery would keep.
+        end = report.recovery.max_valid_offset
+        queues, problems = inspect_consume_queues(
+            self.path, report.max_valid_offset if end is None else end)
+        problems += [f"{CQ_DIR}/{q.topic}/{q.queue_id}: unit {q.first_bad_unit} {q.reason}; "
+                     "recovery drops it and the units after it"
+                     for q in queues if q.first_bad_unit is not None]
+        return replace(report, consume_queues=queues, problems=report.problems + problems)
 
     def close(self) -> None:
         for m in self._maps.values():
