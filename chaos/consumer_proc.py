@@ -18,7 +18,9 @@ written):
 Draining: the harness creates RUN_DIR/consumer/drain (a file, not a signal:
 a signal could reach the child before Python has installed a handler). The
 child then consumes until no message came for `quiet_ms` after it saw the
-file, commits, writes its end row and exits 0.
+file, commits, writes its end row and exits 0. A clean stop (a scenario's
+`stop` of the consumer) is the same through RUN_DIR/consumer/N.stop, at
+once instead of when idle.
 
 `ConsumerProcess` is the harness side; `collect` turns the incarnations'
 files into the run's consumed.jsonl, committed.jsonl and consumer.json rows
@@ -80,7 +82,8 @@ class ConsumerProcess:
         self.incarnations += 1
         base = os.path.join(self.dir, str(self.incarnations))
         args = [sys.executable, "-m", "chaos.consumer_proc", "--out", base + ".jsonl",
-                "--drain-file", os.path.join(self.dir, DRAIN_FILE),
+                "--drain-file", os.path.join(self.dir, DRAIN_FILE), "--stop-file",
+                base + ".stop",
                 "--token-file", self.token_file, "--group", GROUP, "--topic", self.topic,
                 "--commit-interval-ms", str(self.commit_interval_ms)]
         for name, address in self.targets.items():
@@ -93,6 +96,20 @@ class ConsumerProcess:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait(timeout=10)
+
+    def stop(self, *, timeout_s: float = 10.0) -> bool:
+        """Stop the running incarnation cleanly (it commits its offsets on
+        the way out, as a consumer shut down or rebalanced does); SIGKILL it
+        if it has not stopped within `timeout_s`. Returns whether it
+        stopped cleanly."""
+        assert self._proc is not None and self.running
+        with open(os.path.join(self.dir, f"{self.incarnations}.stop"), "w"):
+            pass
+        try:
+            return self._proc.wait(timeout=timeout_s) == 0
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False
 
     def drain(self, *, timeout_s: float = 20.0) -> None:
         """Let the running incarnation consume what the cluster holds and
@@ -162,7 +179,9 @@ class _Drain:
     seen_ms: int | None = None  # when the drain file was first seen
     last_delivery_ms: int = 0
 
-    def should_stop(self, now_ms: int, requested: bool) -> bool:
+    def should_stop(self, now_ms: int, requested: bool, *, at_once: bool = False) -> bool:
+        if at_once:
+            return True
         if requested and self.seen_ms is None:
             self.seen_ms = now_ms
         if self.seen_ms is None:
@@ -175,6 +194,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                                 description="The chaos harness's consumer process.")
     p.add_argument("--out", required=True)
     p.add_argument("--drain-file", required=True)
+    p.add_argument("--stop-file", required=True)
     p.add_argument("--token-file", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--topic", required=True)
@@ -200,24 +220,22 @@ async def _child(args: argparse.Namespace) -> int:
         os.write(fd, (json.dumps(row, sort_keys=True) + "\n").encode())
 
     drain = _Drain(args.quiet_ms)
-    recorded: dict[int, int] = {}  # queue id -> offset last recorded as committed
 
     class Recording(Consumer):
-        """Records each commit the broker accepted: the base class sends the
-        offsets that moved since its last commit and counts the commit once
-        every queue's call succeeded. One that fails part way is not
-        recorded (its first queues may have reached the broker)."""
+        """Records each commit the broker took whole: the offsets as they
+        were when it was sent (the consumer does not move them during one).
+        A commit that fails part way is not recorded (its first queues may
+        have reached the broker)."""
 
         async def commit(self) -> None:
-            moved = {q: o for q, o in self.offsets.items() if recorded.get(q) != o}
+            offsets = dict(self.offsets)
             before = self.commits
             await super().commit()
             if self.commits != before:
                 t = _now_ms()
-                for q, o in sorted(moved.items()):
+                for q, o in sorted(offsets.items()):
                     emit({"kind": "commit", "topic": self.topic, "queue_id": q, "offset": o,
                           "time_ms": t})
-                recorded.update(moved)
 
     def handle(d: Delivery) -> None:
         # Recorded before the handler returns, so before the offset moves.
@@ -230,7 +248,8 @@ async def _child(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
 
     async def watch() -> None:
-        while not drain.should_stop(_now_ms(), os.path.exists(args.drain_file)):
+        while not drain.should_stop(_now_ms(), os.path.exists(args.drain_file),
+                                    at_once=os.path.exists(args.stop_file)):
             await asyncio.sleep(0.05)
         stop.set()
 

@@ -168,6 +168,11 @@ class Run:
                 if step.action == "kill":
                     self.consumer.kill()
                     self._fault("kill", name, t, detail="consumer process (SIGKILL)")
+                elif step.action == "stop":
+                    clean = self.consumer.stop()
+                    self._fault("stop", name, t, end=now_ms(),
+                                detail="consumer stopped cleanly (committed)" if clean
+                                else "consumer did not stop cleanly in 10 s: SIGKILLed")
                 else:
                     self.consumer.start()
                     self._fault("start", name, t, end=now_ms(),
@@ -316,7 +321,7 @@ class Run:
             if cfg.scenario.consume:
                 self.consumer = ConsumerProcess(
                     self.run_dir, token_file=os.path.join(self.cluster_dir, "token"),
-                    topic=TOPIC,
+                    topic=TOPIC, commit_interval_ms=cfg.scenario.consumer_commit_interval_ms,
                     targets={n: backend.node(n).address for n in (self.master, *self.slaves)})
                 self.consumer.start()
             t0 = loop.time()

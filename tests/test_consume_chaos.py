@@ -270,3 +270,40 @@ def test_a_consumer_killed_between_commits_is_handed_messages_again(tmp_path: Pa
     assert summary["end_offsets"] == summary["max_offsets"]["master"]
     assert sum(summary["end_offsets"].values()) == len(master)
     assert _processes_mentioning(run_dir) == []
+
+
+def test_a_master_crashed_before_persisting_offsets_makes_a_new_consumer_start_over(
+    tmp_path: Path,
+) -> None:
+    """A real run: the consumer commits every second to the master, which is
+    SIGKILLed before its first 5 s persist of the offset table; the consumer
+    stops cleanly while the master is down; a new one asks the restarted
+    master where to resume and is told nothing: it starts from the first
+    offset, and is handed again everything the master kept."""
+    run_dir = _run(str(tmp_path), "master-crash-consuming", "SYNC_MASTER", "SYNC_FLUSH", 3)
+    run = load_run(run_dir, 0)
+    assert [(f["kind"], f["node"]) for f in run.faults][:4] == [
+        ("kill", "master"), ("stop", "consumer"), ("start", "master"), ("start", "consumer")]
+    assert run.faults[1]["detail"] == "consumer stopped cleanly (committed)"
+    killed_ms = run.faults[0]["start_ms"]
+    consumed = read_jsonl(os.path.join(run_dir, "consumed.jsonl"))
+    committed = read_jsonl(os.path.join(run_dir, "committed.jsonl"))
+    before_crash = [c["offset"] for c in committed
+                    if c["incarnation"] == 1 and c["time_ms"] < killed_ms]
+    assert before_crash and max(before_crash) > 0  # the master had taken commits
+    second = [r for r in consumed if r["incarnation"] == 2]
+    assert second and min(r["queue_offset"] for r in second) == 0  # and lost them
+    master = {r["msg_id"] for r in read_jsonl(os.path.join(run_dir, "nodes", "master",
+                                                           "records.jsonl"))}
+    first = {r["msg_id"] for r in consumed if r["incarnation"] == 1}
+    again = first & master
+    assert again and again <= {r["msg_id"] for r in second}
+    from chaos.consumption import run_figures
+    got = run_figures(run)
+    assert got is not None
+    assert got["duplicates_delivered"] >= len(again)
+    assert got["stored_never_delivered"] == 0
+    # SYNC_FLUSH: the master and, while it was down, the slave served only
+    # flushed records, and the reject policy truncates neither log.
+    assert got["delivered_then_lost"] == 0
+    assert _processes_mentioning(run_dir) == []
