@@ -270,18 +270,43 @@ def cmd_send(args: argparse.Namespace) -> int:
 def _register_consume(sub: Any) -> None:
     p = sub.add_parser(
         "consume", help="pull a topic's messages as a consumer group and commit offsets",
-        description="Pull every queue of a topic, print one line per message (or a count), and "
-        "commit the group's offsets every --commit-interval-ms: to the broker in cluster mode "
-        "(RocketMQ's default), to --offset-file in broadcast mode. At-least-once: a consumer "
-        "killed between commits gets the messages after its last commit again.",
-        epilog="example: dlab consume --dir /tmp/c1 --group g1 --topic dlab-load --idle-exit 2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Pull every queue of a topic as consumer group GROUP, print one line per
+message (or only a count), and commit the group's offsets every
+--commit-interval-ms and once more when it stops:
+  cluster mode (default, RocketMQ's clustering): offsets live on the broker;
+    a restarted consumer of the group resumes where the broker says.
+  broadcast mode: offsets live in --offset-file, one per consumer.
+With no stored offset a queue is read from its first message.
+
+At-least-once: an offset moves only after its message was handled and
+reaches the broker or file only at the interval. A consumer killed between
+commits gets the messages after its last commit again; a broker killed
+before persisting its offset table (every 5 s) forgets commits too.
+
+Reads go to the master; while it is down, to its slaves (RocketMQ's slave
+read). Consumers only see messages up to a node's confirmed offset (its
+flushed position under SYNC_FLUSH).
+
+Output, one tab-separated line per message:
+  queue_id  queue_offset  commitlog_offset  msg_id  body_size  node_role
+then "consumed N message(s) ..." on stderr.""",
+        epilog="""\
+examples:
+  dlab consume --dir ./c1 --group g1 --topic dlab-load --idle-exit 2
+  dlab consume --target 127.0.0.1:7001 --target 127.0.0.1:7002 \\
+      --token-file ./c1/token --group g1 --topic dlab-load --max 100 --count-only
+  dlab consume --dir ./c1 --group g2 --topic dlab-load --idle-exit 2 \\
+      --mode broadcast --offset-file ./g2.offsets.json""",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
                                      "(reads from its master, then its slaves; token from "
                                      "DIR/token)")
-    where.add_argument("--from", dest="targets", type=address, action="append",
-                       help="a node's HOST:PORT, master first (repeat for slaves; needs "
+    where.add_argument("--target", "--from", dest="targets", type=address, action="append",
+                       metavar="HOST:PORT",
+                       help="a node's address, master first (repeat for slaves; needs "
                             "--token-file)")
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
     p.add_argument("--group", required=True, help="the consumer group")
@@ -291,9 +316,10 @@ def _register_consume(sub: Any) -> None:
     p.add_argument("--offset-file", help="broadcast mode's local offset file")
     p.add_argument("--commit-interval-ms", type=positive_int, default=5_000,
                    help="how often offsets are committed (default 5000, RocketMQ's)")
-    p.add_argument("--max", type=positive_int, help="stop after this many messages")
-    p.add_argument("--idle-exit", type=non_negative_float, default=None,
-                   help="stop after this many seconds without a message")
+    p.add_argument("--max", type=positive_int, metavar="N",
+                   help="stop after this many messages")
+    p.add_argument("--idle-exit", type=non_negative_float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds without a message (give this or --max)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--count-only", action="store_true", help="print only the total")
     out.add_argument("--jsonl", action="store_true",
@@ -308,6 +334,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     if args.mode == "broadcast" and not args.offset_file:
         raise UserError("--mode broadcast keeps offsets in a local file: add --offset-file FILE")
+    if args.mode == "cluster" and args.offset_file:
+        raise UserError("--offset-file is for --mode broadcast; in cluster mode the broker "
+                        "keeps the group's offsets")
     if args.max is None and args.idle_exit is None:
         raise UserError("give --max N or --idle-exit SECONDS so the consumer knows when to stop")
     try:
@@ -318,7 +347,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             token = read_token_file(args.token_file) if args.token_file else target.token
         else:
             if not args.token_file:
-                raise UserError("--from needs --token-file (the cluster's DIR/token)")
+                raise UserError("--target needs --token-file (the cluster's DIR/token)")
             targets, token = args.targets, read_token_file(args.token_file)
     except (TokenError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from None
@@ -345,6 +374,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
         n = asyncio.run(go())
     except ConsumerError as exc:
         raise UserError(str(exc)) from None
+    if args.count_only:
+        print(n)
     print(f"consumed {n} message(s) from {args.topic} as group {args.group}", file=sys.stderr)
     return 0
 

@@ -1,13 +1,22 @@
 """The node's consume side: pulls, queue ranges, the consumer offset table,
 and a slave's copy of its master's table (RocketMQ's SlaveSynchronize).
 
-Where offsets live: consumers commit to the node they talk to. A master's
-table is the group's truth; a slave copies its master's whole table every
-`sync_interval_ms` (default 10 s) and persists it, so a consumer that
-commits to a slave while its master is down keeps those offsets only until
-the next sync from a master that is back (as in RocketMQ, where a slave's
-table is overwritten by the master's). The gaps between a commit, the
-broker's persist (5 s) and the slave's sync are where duplicates come from.
+Pulls are served by masters and slaves alike (RocketMQ's slave read), each
+up to its own confirmed offset. Where a pull finds nothing, a master moves
+the consumer's offset back into its queue's range (the store's next offset,
+RocketMQ's nextOffsetCorrection); a slave never does (RocketMQ's default
+offsetCheckInSlave = false): a slave behind its master must not send a
+consumer back over messages it consumed from the master.
+
+Where offsets live (decision): consumers commit to the node they talk to —
+the master, or a slave while the master is down (as RocketMQ clients do).
+A master's table is the group's truth. A slave takes commits into its own
+table (persisted like any table) but copies its master's every
+`sync_interval_ms` (default 10 s): each topic@group the master has replaces
+the slave's entry (SlaveSynchronize's putAll), so what consumers committed
+to the slave survives only for groups the master does not know. The gaps
+between a commit, the broker's persist (5 s) and the slave's sync are where
+duplicates come from.
 """
 
 from __future__ import annotations
@@ -15,16 +24,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+from dataclasses import dataclass
 
 import grpc
 
 from cluster.auth import TOKEN_METADATA_KEY
 from proto import broker_pb2, broker_pb2_grpc
+from store.status import GetMessageStatus
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.node.consume")
 MAX_PULL = 1024
 DEFAULT_PULL = 32
+SLAVE_ROLE = "SLAVE"
+# The statuses whose next offset is nextOffsetCorrection's (a master's move).
+_CORRECTIONS = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+                          GetMessageStatus.OFFSET_TOO_SMALL,
+                          GetMessageStatus.OFFSET_OVERFLOW_BADLY})
 
 
 class BadConsumeRequest(ValueError):
@@ -46,8 +64,11 @@ def pull(store: MessageStore, req: broker_pb2.PullRequest, role: str) -> broker_
         raise BadConsumeRequest(f"max_count {req.max_count}: ask for 1..{MAX_PULL} (0 = "
                                 f"{DEFAULT_PULL})")
     got = store.get_messages(req.topic, req.queue_id, req.offset, req.max_count or DEFAULT_PULL)
+    next_offset = got.next_offset
+    if role == SLAVE_ROLE and got.status in _CORRECTIONS:
+        next_offset = req.offset  # a slave does not correct offsets (see the module doc)
     out = broker_pb2.PullResponse(
-        status=broker_pb2.PullStatus.Value(got.status.value), next_offset=got.next_offset,
+        status=broker_pb2.PullStatus.Value(got.status.value), next_offset=next_offset,
         min_offset=got.min_offset, max_offset=got.max_offset, node_role=role)
     for m in got.messages:
         r = m.record
@@ -97,9 +118,27 @@ def parse_table(text: str) -> dict[str, dict[int, int]]:
     return {str(k): {int(q): int(o) for q, o in v.items()} for k, v in raw.items()}
 
 
+def merge_from_master(mine: dict[str, dict[int, int]], masters: dict[str, dict[int, int]]
+                      ) -> dict[str, dict[int, int]]:
+    """The slave's table after a sync: each topic@group of the master's
+    replaces the slave's (putAll); groups only the slave has stay."""
+    return {**mine, **{k: dict(v) for k, v in masters.items()}}
+
+
+@dataclass
+class OffsetSyncState:
+    """What a slave's sync loop did last (shown in the node's status)."""
+
+    syncs: int = 0  # tables received from the master
+    changes: int = 0  # syncs that changed the slave's table (and persisted it)
+    last_sync_ms: int = 0
+    last_error: str = ""
+
+
 async def sync_from_master(store: MessageStore, master: str, token: str,
-                           interval_s: float) -> None:
-    """A slave's loop: copy the master's offset table, persist it, repeat."""
+                           interval_s: float, state: OffsetSyncState) -> None:
+    """A slave's loop: every `interval_s`, copy the master's offset table
+    over its own and persist it when that changed anything."""
     async with grpc.aio.insecure_channel(master) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         while True:
@@ -110,10 +149,24 @@ async def sync_from_master(store: MessageStore, master: str, token: str,
                     metadata=((TOKEN_METADATA_KEY, token),), timeout=5)
                 table = parse_table(resp.table_json)
             except (grpc.aio.AioRpcError, ValueError) as exc:
-                log.info("consumer offset sync from %s failed: %s", master, exc)
+                detail = (f"{exc.code().name}: {exc.details()}"
+                          if isinstance(exc, grpc.aio.AioRpcError) else str(exc))
+                if detail != state.last_error:
+                    log.info("consumer offset sync from %s failed: %s", master, detail)
+                state.last_error = detail
                 continue
-            if table != store.consumer_offsets.snapshot():
-                store.consumer_offsets.replace_all(table)
-                await asyncio.get_running_loop().run_in_executor(
-                    None, store.consumer_offsets.persist)
+            state.syncs += 1
+            state.last_sync_ms = time.time_ns() // 1_000_000
+            state.last_error = ""
+            mine = store.consumer_offsets.snapshot()
+            merged = merge_from_master(mine, table)
+            if merged != mine:
+                store.consumer_offsets.replace_all(merged)
+                state.changes += 1
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, store.consumer_offsets.persist)
+                except OSError as exc:  # the table stays dirty: the store's persist retries
+                    state.last_error = f"persist failed: {exc}"
+                    log.warning("persisting the synced offset table failed: %s", exc)
 

@@ -115,6 +115,7 @@ class Node:
         self._open_batch: _Batch | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._offset_sync: asyncio.Task[None] | None = None
+        self._offset_sync_state: consume_service.OffsetSyncState | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -157,9 +158,11 @@ class Node:
                                     token=cfg.token, config=cfg.ha, clock=self.clock,
                                     failpoints=self.failpoints)
             self.ha_slave.start()
+            self._offset_sync_state = consume_service.OffsetSyncState()
             self._offset_sync = asyncio.get_running_loop().create_task(
                 consume_service.sync_from_master(self.store, cfg.master, cfg.token,
-                                                 cfg.consumer_offset_sync_interval_ms / 1000))
+                                                 cfg.consumer_offset_sync_interval_ms / 1000,
+                                                 self._offset_sync_state))
         for svc in ("", BROKER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
         log.info("node %s (%s, %s, crash model %s) serving on %s:%d, wrote=%d flushed=%d",
@@ -309,7 +312,10 @@ class Node:
                 "queues": {f"{t}/{q}": store.queue_offsets(t, q)
                            for t, qs in store.topic_queues().items() for q in qs},
                 "offsets": store.consumer_offsets.snapshot(),
-                "consume_queue_error": st["consume_queue_error"]}),
+                "consume_queue_error": st.get("consume_queue_error"),
+                "consumer_offsets_error": st.get("consumer_offsets_error"),
+                "offset_sync": (None if self._offset_sync_state is None
+                                else asdict(self._offset_sync_state))}),
         )
         msg.failpoint_hits.update(self.failpoints.hits())
         if self.ha_master is not None:
