@@ -24,11 +24,14 @@ too. Those are the duplicates the lab counts.
 
 Targets: the master first, then its slaves. Every call (pull, query,
 commit) goes to the first target that answers; a target whose call failed
-is skipped for `failover_backoff_ms`, then tried again — so pulls fall over
-to a slave while the master is down (RocketMQ's slave read) and come back
-to the master when it is up. A commit that reaches a slave lives in the
-slave's table only until its next sync from the master overwrites it
-(cluster/consume_service.py).
+is skipped for `failover_backoff_ms` (doubling while it keeps failing, up
+to 5 s), then tried again — so pulls fall over to a slave while the master
+is down (RocketMQ's slave read) and come back to the master when it is up.
+While no target answers, consuming keeps retrying (as RocketMQ's consumer)
+and a failed interval commit waits for the next interval; `idle_exit_s`
+then ends the run with a ConsumerError saying no node answered. A commit
+that reaches a slave lives in the slave's table only until its next sync
+from the master overwrites the group (cluster/consume_service.py).
 
 When a pull finds nothing, the broker's next offset is adopted: a master
 corrects an offset out of its queue's range (OFFSET_TOO_SMALL,
@@ -61,6 +64,16 @@ from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
 MAX_PULL_BATCH = 1024  # the node refuses more (cluster/consume_service.py)
+MAX_FAILOVER_BACKOFF_S = 5.0
+# After a round that reached no node (RocketMQ waits 3 s after a pull
+# exception; shorter here, so a master back is read from soon).
+UNAVAILABLE_RETRY_S = 0.5
+# Reconnect soon after a node comes back (grpc's default backoff grows to 120 s).
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 OFFSET_FILE_VERSION = 1
 # RPC failures that are the caller's fault: no other target would answer
 # differently, so they are raised instead of failing over.
@@ -72,6 +85,11 @@ _R = TypeVar("_R")
 
 class ConsumerError(RuntimeError):
     """The consumer cannot go on; the message says why and what to do."""
+
+
+class TargetsUnavailable(ConsumerError):
+    """No target answered a call. Consuming retries (as RocketMQ's consumer
+    does); a commit is retried at the next interval."""
 
 
 @dataclass(frozen=True)
@@ -182,12 +200,14 @@ class Consumer:
         self.queue_refresh_s = queue_refresh_ms / 1000
         self.failover_backoff_s = failover_backoff_ms / 1000
         self.timeout_s = timeout_s
-        self._channel_options = [*CHANNEL_OPTIONS, *channel_options]
+        self._channel_options = [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS, *channel_options]
         self._clock = clock
         self._metadata = token_metadata(token)
         self._channels: list[grpc.aio.Channel] = []
         self._stubs: list[broker_pb2_grpc.BrokerStub] = []
         self._down_until = [0.0] * len(self.targets)
+        self._failures = [0] * len(self.targets)  # consecutive failed calls per target
+        self.unavailable: str | None = None  # why the last round reached no node
         self._started = False
         self._file_offsets: dict[int, int] = {}
         self._queue_mins: dict[int, int] = {}
@@ -228,17 +248,23 @@ class Consumer:
                 if exc.code() in _CALLER_ERRORS:
                     raise ConsumerError(f"{method} refused by {self.targets[i]}: "
                                         f"{exc.code().name}: {exc.details()}") from None
-                if self._down_until[i] <= self._clock():
+                if self._failures[i] == 0:
                     log.info("%s on %s failed (%s); trying the next target", method,
                              self.targets[i], exc.code().name)
-                self._down_until[i] = self._clock() + self.failover_backoff_s
+                self._failures[i] += 1
+                # Doubling, so a hung (paused) master does not stall every
+                # call for timeout_s; capped, so a master back is used soon.
+                backoff = min(self.failover_backoff_s * 2 ** (self._failures[i] - 1),
+                              MAX_FAILOVER_BACKOFF_S)
+                self._down_until[i] = self._clock() + backoff
                 last = exc
                 continue
             self._down_until[i] = 0.0
+            self._failures[i] = 0
             return resp, i
         assert last is not None
-        raise ConsumerError(f"{method}: no target answered ({', '.join(self.targets)}; last "
-                            f"{last.code().name}: {last.details()})")
+        raise TargetsUnavailable(f"{method}: no node answered ({', '.join(self.targets)}; "
+                                 f"last {last.code().name}: {last.details()})")
 
     # ------------------------------------------------------------ queues
     async def queues(self) -> list[int]:
@@ -290,23 +316,32 @@ class Consumer:
         idle_since = self._clock()
         while stop is None or not stop.is_set():
             got_any = False
-            for qid in await self.queues():
-                if qid not in self.offsets:
-                    self.offsets[qid] = await self._start_offset(qid)
-                for d in await self._pull(qid):
-                    yield d
-                    self.offsets[qid] = d.queue_offset + 1  # after the handler: at-least-once
-                    self.delivered += 1
-                    self._dirty = got_any = True
-                    if max_messages is not None and self.delivered >= max_messages:
-                        return
-                await self._maybe_commit()
+            try:
+                for qid in await self.queues():
+                    if qid not in self.offsets:
+                        self.offsets[qid] = await self._start_offset(qid)
+                    for d in await self._pull(qid):
+                        yield d
+                        self.offsets[qid] = d.queue_offset + 1  # after the handler
+                        self.delivered += 1
+                        self._dirty = got_any = True
+                        if max_messages is not None and self.delivered >= max_messages:
+                            return
+                    await self._maybe_commit()
+            except TargetsUnavailable as exc:
+                if self.unavailable is None:
+                    log.warning("no node answers; retrying: %s", exc)
+                self.unavailable = str(exc)
+            else:
+                self.unavailable = None
             if got_any:
                 idle_since = self._clock()
                 continue
             if idle_exit_s is not None and self._clock() - idle_since >= idle_exit_s:
+                if self.unavailable is not None:
+                    raise ConsumerError(f"gave up after {idle_exit_s} s: {self.unavailable}")
                 return
-            await asyncio.sleep(self.idle_poll_s)
+            await asyncio.sleep(UNAVAILABLE_RETRY_S if self.unavailable else self.idle_poll_s)
 
     async def run(self, handler: Handler, *, max_messages: int | None = None,
                   idle_exit_s: float | None = None, stop: asyncio.Event | None = None) -> int:
@@ -353,7 +388,10 @@ class Consumer:
     # ----------------------------------------------------------- commits
     async def _maybe_commit(self) -> None:
         if self._clock() - self._last_commit >= self.commit_interval_s:
-            await self.commit()
+            try:
+                await self.commit()
+            except TargetsUnavailable as exc:  # offsets stay dirty: the next interval retries
+                log.warning("commit failed: %s", exc)
 
     async def commit(self) -> None:
         """Send every queue's offset to the broker (cluster mode) or write

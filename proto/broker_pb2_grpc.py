@@ -109,7 +109,10 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The consume side (cluster/consume_service.py). Every call needs the
+        token; a malformed request gets INVALID_ARGUMENT saying what to send.
+        Masters and slaves both serve pulls, each up to its confirmed offset.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -121,7 +124,9 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitOffset(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Into this node's table (persisted every 5 s and at a clean stop). On a
+        slave it lasts until the next sync from the master replaces the group.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -133,7 +138,8 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetConsumerOffsets(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The whole table: what a slave copies from its master (SlaveSynchronize).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

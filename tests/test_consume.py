@@ -31,6 +31,7 @@ from cluster.consumer import (
     save_offset_file,
 )
 from cluster.local import LocalBackend
+from cluster.procs import free_ports
 from proto import broker_pb2, broker_pb2_grpc
 
 
@@ -223,6 +224,12 @@ def test_consume_cli_refuses_bad_arguments_with_the_fix(tmp_path: Path) -> None:
     assert r.returncode != 0 and "--token-file" in r.stderr
     r = run("--target", "nowhere", "--group", "g", "--topic", "t", "--max", "1")
     assert r.returncode != 0 and "HOST:PORT" in r.stderr
+    token_file = str(tmp_path / "token")
+    write_token_file(token_file, "secret")
+    (port,) = free_ports(1)  # nobody listens there
+    r = run("--target", f"127.0.0.1:{port}", "--token-file", token_file, "--group", "g",
+            "--topic", "t", "--idle-exit", "0.5")
+    assert r.returncode != 0 and "no node answered" in r.stderr
     r = run("--help")
     assert r.returncode == 0
     for teaches in ("At-least-once", "broadcast", "confirmed offset", "examples:"):
