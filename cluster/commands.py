@@ -545,6 +545,29 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             link += f" [ahead={st['slave_ahead_policy']} ship={st['ha_ship_limit']}]"
         print(f"{r['name']:<10}{r['role']:<14}{r['address']:<22}{r['state']:<10}"
               f"{st.get('wrote', '-'):>14}{st.get('flushed', '-'):>14}  {link.strip()}")
+        if st:
+            print("  " + consume_summary(st))
         if r.get("status_error"):
             print(f"  status unavailable: {r['status_error']}")
     return 0
+
+
+def consume_summary(st: dict[str, Any], *, max_items: int = 6) -> str:
+    """One line of a node's consume side: how far consumers may read, each
+    queue's (min, max) and the offset table's groups."""
+    consume = st.get("consume", {})
+    queues = consume.get("queues", {})
+    offsets = consume.get("offsets", {})
+
+    def first(items: list[str]) -> str:
+        more = f", +{len(items) - max_items} more" if len(items) > max_items else ""
+        return ", ".join(items[:max_items]) + more
+    parts = [f"consume: confirmed={st.get('confirmed_offset', '-')}",
+             f"queues [{first([f'{k} {lo}..{hi}' for k, (lo, hi) in sorted(queues.items())])}]",
+             "offsets [" + first([f"{k} " + " ".join(f"{q}:{o}" for q, o in sorted(
+                 v.items(), key=lambda x: int(x[0]))) for k, v in sorted(offsets.items())]) + "]"]
+    sync = consume.get("offset_sync")
+    if sync:
+        parts.append(f"synced {sync['syncs']}x" + (f" ({sync['last_error'][:60]})"
+                                                   if sync.get("last_error") else ""))
+    return "  ".join(parts)

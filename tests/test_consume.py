@@ -61,6 +61,11 @@ def test_pull_in_queue_order_and_resume_from_the_committed_offset(tmp_path: Path
         st = status(b, tok, "master")
         assert st["consume"]["offsets"] == {"t@g": {"0": 30}}
         assert st["consume"]["queues"] == {"t/0": [0, 30]}
+        shown = subprocess.run([sys.executable, "-m", "cluster.cli", "cluster", "status",
+                                "--dir", str(tmp_path)], capture_output=True, text=True,
+                               timeout=30, check=True).stdout
+        assert f"consume: confirmed={st['confirmed_offset']}  queues [t/0 0..30]  " \
+               "offsets [t@g 0:30]" in shown
 
 
 def _consumer_child(b: LocalBackend, directory: Path, *, commit_ms: int) -> subprocess.Popen[str]:
