@@ -37,6 +37,10 @@ from store.store import MessageStore
 log = logging.getLogger("dlab.node.consume")
 MAX_PULL = 1024
 DEFAULT_PULL = 32
+# A pull's bodies stop at about this many bytes (at least one message goes),
+# well inside gRPC's 64 MiB message limit: 1024 messages of 4 MiB would not
+# fit (RocketMQ caps a pull by bytes too, maxTransferBytesOnMessageInMemory).
+MAX_PULL_BYTES = 8 * 1024 * 1024
 SLAVE_ROLE = "SLAVE"
 # The statuses whose next offset is nextOffsetCorrection's (a master's move).
 _CORRECTIONS = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE,
@@ -70,8 +74,13 @@ def pull(store: MessageStore, req: broker_pb2.PullRequest, role: str) -> broker_
     out = broker_pb2.PullResponse(
         status=broker_pb2.PullStatus.Value(got.status.value), next_offset=next_offset,
         min_offset=got.min_offset, max_offset=got.max_offset, node_role=role)
+    total = 0
     for m in got.messages:
         r = m.record
+        total += r.size
+        if total > MAX_PULL_BYTES and out.messages:
+            out.next_offset = m.queue_offset  # the rest in the next pull
+            break
         out.messages.add(queue_offset=m.queue_offset, commitlog_offset=m.commitlog_offset,
                          size=r.size, msg_id=r.msg_id or "", body=r.body,
                          properties=r.properties, store_timestamp_ms=r.store_timestamp_ms,
@@ -103,8 +112,8 @@ def commit_offset(store: MessageStore, req: broker_pb2.CommitOffsetRequest) -> N
 def query_offset(store: MessageStore, req: broker_pb2.QueryOffsetRequest
                  ) -> broker_pb2.QueryOffsetResponse:
     _check_queue(req.topic, req.queue_id)
-    if not req.group:
-        raise BadConsumeRequest("group is empty: name the consumer group")
+    if not req.group or "@" in req.group:
+        raise BadConsumeRequest("group must be a non-empty name without '@'")
     found = store.consumer_offsets.query(req.group, req.topic, req.queue_id)
     return broker_pb2.QueryOffsetResponse(found=found is not None, offset=found or 0)
 

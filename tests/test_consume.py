@@ -12,11 +12,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import grpc
 import pytest
 from ha_helpers import client, running_cluster, send_n, status, wait_until
 
+from cluster import consume_service
 from cluster.auth import token_metadata, write_token_file
 from cluster.backend import NodeSpec, Role
 from cluster.cli import build_parser
@@ -33,6 +36,7 @@ from cluster.consumer import (
 from cluster.local import LocalBackend
 from cluster.procs import free_ports
 from proto import broker_pb2, broker_pb2_grpc
+from store.status import GetMessagesResult, GetMessageStatus, QueuedMessage
 
 
 def _consume(b: LocalBackend, tok: str, *, group: str = "g", n: int | None = None,
@@ -377,3 +381,34 @@ def test_node_specs_pass_the_consume_timings_to_the_node(tmp_path: Path) -> None
     assert cfg.store.consumer_offset_persist_interval_ms == 700
     assert "--consumer-offset" not in " ".join(NodeSpec(name="n", role=Role.SLAVE).node_args(
         data_dir="d", listen="127.0.0.1:0", master=None, token_file="tok"))
+
+
+class _FakeStore:
+    """get_messages only: a queue of `n` messages of `size` bytes from 0."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n, self.size = n, size
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int
+                     ) -> GetMessagesResult:
+        if offset > self.n:
+            return GetMessagesResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], self.n, 0,
+                                     self.n)
+        msgs = [QueuedMessage(i, i * self.size, SimpleNamespace(
+            size=self.size, msg_id=f"m{i}", body=b"", properties={}, store_timestamp_ms=0,
+            born_timestamp_ms=0)) for i in range(offset, min(self.n, offset + max_count))]
+        return GetMessagesResult(GetMessageStatus.FOUND, msgs, offset + len(msgs), 0, self.n)
+
+
+def test_a_pull_stops_at_its_byte_cap_and_a_slave_never_corrects_an_offset() -> None:
+    big = consume_service.MAX_PULL_BYTES // 3 + 1  # three do not fit, two do
+    store: Any = _FakeStore(10, big)
+    resp = consume_service.pull(store, broker_pb2.PullRequest(topic="t", offset=4,
+                                                              max_count=8), "ASYNC_MASTER")
+    assert [m.msg_id for m in resp.messages] == ["m4", "m5"] and resp.next_offset == 6
+    huge: Any = _FakeStore(3, consume_service.MAX_PULL_BYTES * 2)
+    resp = consume_service.pull(huge, broker_pb2.PullRequest(topic="t", offset=0), "SLAVE")
+    assert [m.msg_id for m in resp.messages] == ["m0"] and resp.next_offset == 1
+    for role, moved_to in (("SYNC_MASTER", 10), ("SLAVE", 40)):
+        resp = consume_service.pull(store, broker_pb2.PullRequest(topic="t", offset=40), role)
+        assert resp.next_offset == moved_to, role
