@@ -41,7 +41,7 @@ import struct
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from store.segments import fsync_dir
 
@@ -396,6 +396,44 @@ class ConsumeQueues:
             if self.write_through and added:
                 with self._io_lock:
                     self._guarded(lambda: [q.write_pending() for q in list(queues.values())
+                                           if q._written < q.count])
+        return added
+
+    def dispatch_groups(self, groups: Sequence[tuple[str, int, bool, bytes, bytes, bytes, bytes]],
+                        last_ts: int | None, *, strict: bool = True) -> int:
+        """The same as `dispatch`, for units the native reput gathered per
+        queue: (topic, queue_id, contiguous, qos, offsets, sizes, tags), the
+        last four native-endian arrays. A group that continues its queue
+        exactly is appended in bulk; any other goes unit by unit, with
+        dispatch's checks."""
+        added = 0
+        try:
+            for topic, qid, contiguous, qos_b, offs_b, sizes_b, tags_b in groups:
+                q = self.queues.get((topic, qid)) or self._new(topic, qid)
+                qos, offs, sizes, tags = array("q"), array("q"), array("i"), array("q")
+                qos.frombytes(qos_b)
+                offs.frombytes(offs_b)
+                sizes.frombytes(sizes_b)
+                tags.frombytes(tags_b)
+                if contiguous and qos[0] == q.count:
+                    q.offsets.extend(offs)
+                    q.sizes.extend(sizes)
+                    q.tags.extend(tags)
+                    added += len(qos)
+                    continue
+                for i in range(len(qos)):
+                    try:
+                        added += q.dispatch(qos[i], offs[i], sizes[i], tags[i])
+                    except DispatchError as exc:
+                        if strict:
+                            raise
+                        self._skip(exc)
+            if last_ts is not None:
+                self.last_ts = last_ts
+        finally:
+            if self.write_through and added:
+                with self._io_lock:
+                    self._guarded(lambda: [q.write_pending() for q in list(self.queues.values())
                                            if q._written < q.count])
         return added
 

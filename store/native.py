@@ -1,7 +1,8 @@
 """The optional native record codec (the `native/` crate, Rust via PyO3).
 
 It implements only the hot loops: `encode_run` encodes a run of ordinary
-messages into one buffer, `scan` walks valid records in stored bytes. Each
+messages into one buffer, `scan` walks valid records in stored bytes,
+`reput_groups` gathers the ConsumeQueue units of a range per queue. Each
 handles only the common all-IPv4 case exactly as `store.record` would and
 stops at anything else, returning how far it got, so the Python code stays
 the reference that decides and explains (tests cross-check the two).
@@ -19,6 +20,7 @@ from typing import Any
 
 encode_run: Callable[..., tuple[bytes, int]] | None = None
 scan: Callable[[Any, int, int, int], tuple[int, int, int | None]] | None = None
+reput_groups: Callable[[Any, int], tuple[int, int | None, list[Any]]] | None = None
 
 if not os.environ.get("DLAB_PURE_PYTHON"):
     try:
@@ -28,6 +30,7 @@ if not os.environ.get("DLAB_PURE_PYTHON"):
     else:
         encode_run = dlab_native.encode_run
         scan = dlab_native.scan
+        reput_groups = dlab_native.reput_groups
 
 
 def codec() -> str:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from store import native as native_codec
 from store.checkpoint import CheckpointFile, read_checkpoint
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segments
@@ -35,7 +36,7 @@ from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.failpoints import DISARMED, Failpoints
 from store.lock import StoreLock, StoreLockedError
-from store.record import CorruptRecordError, Message
+from store.record import BLANK_MAGIC, BLANK_SIZE, CorruptRecordError, Message, peek
 from store.recovery import RecoveryPlan, plan_recovery
 from store.reput import units as reput_units
 from store.segments import fsync_dir, list_segments
@@ -427,6 +428,18 @@ class MessageStore:
                 data, nxt = self.log.read_range(pos, 1 << 20)
                 if nxt <= pos:
                     break
+                native = native_codec.reput_groups
+                if native is not None:
+                    # The chunk's units gathered natively, per queue; used
+                    # only when it took the whole chunk (up to a closing
+                    # blank), else the Python walk below decides everything.
+                    stop, last_ts, groups = native(data, pos)
+                    if stop == len(data) or (stop + BLANK_SIZE == len(data)
+                                             and peek(data, stop)[1] == BLANK_MAGIC):
+                        self.queues.dispatch_groups(groups, last_ts, strict=strict)
+                        pos = nxt
+                        self._reput_at = pos
+                        continue
                 self.queues.dispatch(reput_units(data, pos), strict=strict)
                 pos = nxt
                 self._reput_at = pos

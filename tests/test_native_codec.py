@@ -210,3 +210,29 @@ def test_slave_append_raw_rejects_the_same_ranges(monkeypatch: pytest.MonkeyPatc
             finally:
                 shutil.rmtree(d)
     assert verdicts[0] == verdicts[1]
+
+
+def test_reput_builds_the_same_queues_natively(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Topics, queues, tags (none, ASCII, non-ASCII, empty), segment rolls:
+    the native per-queue gathering gives the units the Python walk gives."""
+    msgs = [Message(f"t{i % 3}", bytes(i % 200), {"UNIQ_KEY": f"k{i}",
+                                                  **({"TAGS": ["a", "標籤", ""][i % 3]}
+                                                     if i % 4 else {})},
+                    queue_id=i % 5) for i in range(600)]
+    built = []
+    for use_native in (True, False):
+        with monkeypatch.context() as m:
+            if not use_native:
+                m.setattr(native, "reput_groups", None)
+            d = tmp_path / ("n" if use_native else "p")
+            s = MessageStore.open(str(d), CONFIG, clock=ManualClock())
+            for i in range(0, 600, 50):
+                s.log.append(msgs[i:i + 50])
+            s.reput()
+            built.append({k: (list(q.offsets), list(q.sizes), list(q.tags))
+                          for k, q in s.queues.queues.items()})
+            built.append(s.queues.last_ts)
+            s.close_sync()
+    assert built[0] == built[2] and built[1] == built[3]
+    assert len(built[0]) == 15 and any(t for _, _, tags in built[0].values() for t in tags)

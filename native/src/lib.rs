@@ -307,9 +307,153 @@ fn encode_into<'py>(
     Ok(count)
 }
 
+
+/// One (topic, queue) run of units found by `reput_groups`.
+struct Group {
+    topic: Vec<u8>,
+    queue_id: i32,
+    contiguous: bool,
+    qos: Vec<i64>,
+    offsets: Vec<i64>,
+    sizes: Vec<i32>,
+    tags: Vec<i64>,
+}
+
+/// Java's String.hashCode over the UTF-16 code units (RocketMQ's tag code).
+fn java_hash(s: &str) -> i64 {
+    let mut h: i32 = 0;
+    for u in s.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(u as i32);
+    }
+    h as i64
+}
+
+/// The TAGS value's hash, 0 without one; None where the Python path must
+/// decide (properties that are not UTF-8).
+fn tag_hash(props: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(props).ok()?;
+    let mut found: Option<&str> = None;
+    for item in text.split('\u{2}') {
+        if let Some((name, value)) = item.split_once('\u{1}') {
+            if name == "TAGS" {
+                found = Some(value); // the last one wins, as in a dict
+            }
+        }
+    }
+    Some(match found {
+        Some(v) if !v.is_empty() => java_hash(v),
+        _ => 0,
+    })
+}
+
+fn reput_impl(b: &[u8], base: i64) -> (usize, Option<i64>, Vec<Group>) {
+    let mut pos = 0usize;
+    let mut last_ts = None;
+    let mut groups: Vec<Group> = Vec::new();
+    let mut index: std::collections::HashMap<(Vec<u8>, i32), usize> =
+        std::collections::HashMap::new();
+    while pos + 8 <= b.len() {
+        let size = be_i32(b, pos);
+        if be_u32(b, pos + 4) != MESSAGE_MAGIC || size < MIN_SIZE as i32 {
+            break; // a blank, zeros or anything else: the caller decides
+        }
+        let end = pos + size as usize;
+        if end > b.len() || be_i32(b, pos + 36) & V6_FLAGS != 0 {
+            break;
+        }
+        let queue_id = be_i32(b, pos + 12);
+        let qo = be_i64(b, pos + 20);
+        let ts = be_i64(b, pos + 56);
+        let body_len = be_i32(b, pos + 84);
+        if body_len < 0 {
+            break;
+        }
+        let t = pos + V4_FIXED + body_len as usize;
+        if t + 1 > end {
+            break;
+        }
+        let tlen = b[t] as usize;
+        let p = t + 1 + tlen;
+        if p + 2 > end {
+            break;
+        }
+        let plen = u16::from_be_bytes([b[p], b[p + 1]]) as usize;
+        if p + 2 + plen > end || std::str::from_utf8(&b[t + 1..p]).is_err() {
+            break;
+        }
+        let Some(tag) = tag_hash(&b[p + 2..p + 2 + plen]) else { break };
+        let key = (b[t + 1..p].to_vec(), queue_id);
+        let g = *index.entry(key.clone()).or_insert_with(|| {
+            groups.push(Group { topic: key.0, queue_id, contiguous: true, qos: Vec::new(),
+                                offsets: Vec::new(), sizes: Vec::new(), tags: Vec::new() });
+            groups.len() - 1
+        });
+        let grp = &mut groups[g];
+        if let Some(&prev) = grp.qos.last() {
+            if prev.checked_add(1) != Some(qo) {
+                grp.contiguous = false;
+            }
+        }
+        grp.qos.push(qo);
+        grp.offsets.push(base + pos as i64);
+        grp.sizes.push(size);
+        grp.tags.push(tag);
+        last_ts = Some(ts);
+        pos = end;
+    }
+    (pos, last_ts, groups)
+}
+
+fn ne_bytes<'py, T: Copy>(py: Python<'py>, v: &[T], to: impl Fn(T) -> Vec<u8>) -> Bound<'py, PyBytes> {
+    let mut out = Vec::with_capacity(v.len() * std::mem::size_of::<T>());
+    for x in v {
+        out.extend_from_slice(&to(*x));
+    }
+    PyBytes::new(py, &out)
+}
+
+/// reput_groups(buf, base) -> (stop_pos, last_store_timestamp or None, groups)
+///
+/// The ConsumeQueue units of the all-IPv4 message records at the start of
+/// `buf` (at absolute offset `base`), grouped by (topic, queue id) in order
+/// of first appearance: (topic, queue_id, contiguous, qos, offsets, sizes,
+/// tags), the last four as native-endian i64/i64/i32/i64 arrays in bytes.
+/// Stops at a blank, the end, or anything the Python path must decide.
+#[pyfunction]
+fn reput_groups<'py>(py: Python<'py>, buf: PyBuffer<u8>, base: i64)
+    -> PyResult<(usize, Option<i64>, Bound<'py, PyList>)> {
+    if !buf.is_c_contiguous() {
+        return Ok((0, None, PyList::empty(py)));
+    }
+    let addr = buf.buf_ptr() as usize;
+    let len = buf.len_bytes();
+    let (stop, last_ts, groups) = py.allow_threads(move || {
+        // SAFETY: as in `scan`: the buffer export keeps the memory valid.
+        let slice = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+        reput_impl(slice, base)
+    });
+    drop(buf);
+    let out = PyList::empty(py);
+    for g in groups {
+        let topic = String::from_utf8(g.topic).unwrap_or_default();
+        let item = PyTuple::new(py, [
+            PyString::new(py, &topic).into_any(),
+            g.queue_id.into_pyobject(py)?.into_any(),
+            pyo3::types::PyBool::new(py, g.contiguous).to_owned().into_any(),
+            ne_bytes(py, &g.qos, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
+            ne_bytes(py, &g.offsets, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
+            ne_bytes(py, &g.sizes, |x: i32| x.to_ne_bytes().to_vec()).into_any(),
+            ne_bytes(py, &g.tags, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
+        ])?;
+        out.append(item)?;
+    }
+    Ok((stop, last_ts, out))
+}
+
 #[pymodule]
 fn dlab_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     m.add_function(wrap_pyfunction!(encode_run, m)?)?;
+    m.add_function(wrap_pyfunction!(reput_groups, m)?)?;
     Ok(())
 }
