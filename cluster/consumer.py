@@ -25,8 +25,9 @@ too. Those are the duplicates the lab counts.
 Targets: the master first, then its slaves. Every call (pull, query,
 commit) goes to the first target that answers; a target whose call failed
 is skipped for `failover_backoff_ms` (doubling while it keeps failing, up
-to 5 s), then tried again — so pulls fall over to a slave while the master
-is down (RocketMQ's slave read) and come back to the master when it is up.
+to `failover_backoff_max_ms`, 5 s), then tried again — so pulls fall over
+to a slave while the master is down (RocketMQ's slave read) and come back
+to the master when it is up.
 While no target answers, consuming keeps retrying (as RocketMQ's consumer)
 and a failed interval commit waits for the next interval; `idle_exit_s`
 then ends the run with a ConsumerError saying no node answered. A commit
@@ -64,7 +65,6 @@ from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
 MAX_PULL_BATCH = 1024  # the node refuses more (cluster/consume_service.py)
-MAX_FAILOVER_BACKOFF_S = 5.0
 # After a round that reached no node (RocketMQ waits 3 s after a pull
 # exception; shorter here, so a master back is read from soon).
 UNAVAILABLE_RETRY_S = 0.5
@@ -162,7 +162,8 @@ class Consumer:
                  mode: str = "cluster", commit_interval_ms: int = 5_000,
                  offset_file: str | None = None, queue_ids: Sequence[int] | None = None,
                  pull_batch: int = 32, idle_poll_ms: int = 50, queue_refresh_ms: int = 1_000,
-                 failover_backoff_ms: int = 1_000, timeout_s: float = 5.0,
+                 failover_backoff_ms: int = 1_000, failover_backoff_max_ms: int = 5_000,
+                 timeout_s: float = 5.0,
                  channel_options: Sequence[tuple[str, Any]] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.targets = [targets] if isinstance(targets, str) else list(targets)
@@ -182,7 +183,8 @@ class Consumer:
         for name, value in (("commit_interval_ms", commit_interval_ms),
                             ("idle_poll_ms", idle_poll_ms),
                             ("queue_refresh_ms", queue_refresh_ms),
-                            ("failover_backoff_ms", failover_backoff_ms)):
+                            ("failover_backoff_ms", failover_backoff_ms),
+                            ("failover_backoff_max_ms", failover_backoff_max_ms)):
             if value < 1:
                 raise ConsumerError(f"{name} {value}: must be at least 1")
         if not 1 <= pull_batch <= MAX_PULL_BATCH:
@@ -199,6 +201,7 @@ class Consumer:
         self.idle_poll_s = idle_poll_ms / 1000
         self.queue_refresh_s = queue_refresh_ms / 1000
         self.failover_backoff_s = failover_backoff_ms / 1000
+        self.failover_backoff_max_s = max(failover_backoff_max_ms, failover_backoff_ms) / 1000
         self.timeout_s = timeout_s
         self._channel_options = [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS, *channel_options]
         self._clock = clock
@@ -255,7 +258,7 @@ class Consumer:
                 # Doubling, so a hung (paused) master does not stall every
                 # call for timeout_s; capped, so a master back is used soon.
                 backoff = min(self.failover_backoff_s * 2 ** (self._failures[i] - 1),
-                              MAX_FAILOVER_BACKOFF_S)
+                              self.failover_backoff_max_s)
                 self._down_until[i] = self._clock() + backoff
                 last = exc
                 continue
@@ -442,6 +445,7 @@ class BlockingConsumer:
                  **options: Any) -> None:
         self._consumer = Consumer(targets, token, group, topic, **options)
         self._loop = asyncio.new_event_loop()
+        self._open: set[AsyncGenerator[Delivery, None]] = set()  # iterators not finished
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -466,6 +470,7 @@ class BlockingConsumer:
     def deliveries(self, *, max_messages: int | None = None,
                    idle_exit_s: float | None = None) -> Iterator[Delivery]:
         it = self._consumer.deliveries(max_messages=max_messages, idle_exit_s=idle_exit_s)
+        self._open.add(it)
         try:
             while True:
                 try:
@@ -474,7 +479,13 @@ class BlockingConsumer:
                     return
                 yield d
         finally:
-            self._do(it.aclose())
+            self._close_iterator(it)
+
+    def _close_iterator(self, it: AsyncGenerator[Delivery, None]) -> None:
+        if it in self._open:
+            self._open.discard(it)
+            if not self._loop.is_closed():
+                self._do(it.aclose())
 
     def commit(self) -> None:
         self._do(self._consumer.commit())
@@ -483,6 +494,8 @@ class BlockingConsumer:
         if self._loop.is_closed():
             return
         try:
+            for it in list(self._open):  # an iterator left unfinished
+                self._close_iterator(it)
             self._do(self._consumer.close())
         finally:
             self._loop.close()

@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
-from ha_helpers import client, running_cluster, send_n, status, wait_until
+from ha_helpers import client, running_cluster, send_n, status, wait_connected, wait_until
 
 from cluster import consume_service
 from cluster.auth import token_metadata, write_token_file
@@ -412,3 +413,24 @@ def test_a_pull_stops_at_its_byte_cap_and_a_slave_never_corrects_an_offset() -> 
     for role, moved_to in (("SYNC_MASTER", 10), ("SLAVE", 40)):
         resp = consume_service.pull(store, broker_pb2.PullRequest(topic="t", offset=40), role)
         assert resp.next_offset == moved_to, role
+
+
+def test_one_consumer_reads_from_the_slave_while_the_master_is_down_and_returns_to_it(
+        tmp_path: Path) -> None:
+    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH") as (b, tok):
+        send_n(b, tok, 10, size=100)  # SYNC_MASTER: the slave holds every acked one
+        targets = [b.node("master").address, b.node("slave1").address]
+        with BlockingConsumer(targets, tok, "g", "t", commit_interval_ms=100,
+                              failover_backoff_ms=100, failover_backoff_max_ms=300) as bc:
+            it = bc.deliveries(idle_exit_s=20)
+            b.kill("master")
+            first = [next(it) for _ in range(10)]
+            assert [(d.msg_id, d.node_role) for d in first] == [
+                (f"m{i}", "SLAVE") for i in range(10)]
+            b.start("master")
+            wait_connected(b, tok)
+            time.sleep(0.4)  # past the master's backoff
+            send_n(b, tok, 5, size=100, prefix="n")
+            later = [next(it) for _ in range(5)]
+            assert [(d.msg_id, d.node_role) for d in later] == [
+                (f"n{i}", "SYNC_MASTER") for i in range(5)]
