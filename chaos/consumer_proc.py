@@ -70,7 +70,11 @@ class ConsumerProcess:
         self.incarnations = 0
         self.drain_started_ms: int | None = None
         self.drained = False  # the last incarnation ended by the drain protocol
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._procs: list[subprocess.Popen[bytes]] = []  # one per incarnation
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        return self._procs[-1] if self._procs else None
 
     @property
     def running(self) -> bool:
@@ -89,8 +93,8 @@ class ConsumerProcess:
         for name, address in self.targets.items():
             args += ["--target", f"{name}={address}"]
         with open(base + ".log", "wb") as err:  # the child holds it; ours closes at once
-            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=err)
+            self._procs.append(subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                                stdout=subprocess.DEVNULL, stderr=err))
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -101,8 +105,9 @@ class ConsumerProcess:
         """Stop the running incarnation cleanly (it commits its offsets on
         the way out, as a consumer shut down or rebalanced does); SIGKILL it
         if it has not stopped within `timeout_s`. Returns whether it
-        stopped cleanly."""
-        assert self._proc is not None and self.running
+        stopped cleanly (False too when it had already exited)."""
+        if self._proc is None or not self.running:
+            return False
         with open(os.path.join(self.dir, f"{self.incarnations}.stop"), "w"):
             pass
         try:
@@ -116,7 +121,7 @@ class ConsumerProcess:
         stop cleanly; SIGKILL it if it has not within `timeout_s` (then
         `drained` stays False and the run's stored-never-delivered figure is
         unknown)."""
-        assert self._proc is not None and self.running
+        assert self._proc is not None
         self.drain_started_ms = _now_ms()
         with open(os.path.join(self.dir, DRAIN_FILE), "w"):
             pass
@@ -128,11 +133,13 @@ class ConsumerProcess:
     def collect(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         return collect(self.dir, self.incarnations, group=GROUP, topic=self.topic,
                        commit_interval_ms=self.commit_interval_ms,
-                       drain_started_ms=self.drain_started_ms, drained=self.drained)
+                       drain_started_ms=self.drain_started_ms, drained=self.drained,
+                       exit_codes=[p.poll() for p in self._procs])
 
 
 def collect(directory: str, incarnations: int, *, group: str, topic: str,
-            commit_interval_ms: int, drain_started_ms: int | None, drained: bool
+            commit_interval_ms: int, drain_started_ms: int | None, drained: bool,
+            exit_codes: list[int | None]
             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(consumed rows, committed rows, consumer.json) from the incarnations'
     files, each row tagged with its incarnation."""
@@ -161,7 +168,8 @@ def collect(directory: str, incarnations: int, *, group: str, topic: str,
                     end = row
     summary = {
         "group": group, "topic": topic, "commit_interval_ms": commit_interval_ms,
-        "incarnations": incarnations, "drain_started_ms": drain_started_ms,
+        "incarnations": incarnations, "exit_codes": exit_codes,
+        "drain_started_ms": drain_started_ms,
         "drained": drained and end is not None,
         "ended_ms": None if end is None else end["time_ms"],
         "end_offsets": None if end is None else end["offsets"],

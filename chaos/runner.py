@@ -169,10 +169,12 @@ class Run:
                     self.consumer.kill()
                     self._fault("kill", name, t, detail="consumer process (SIGKILL)")
                 elif step.action == "stop":
+                    was_running = self.consumer.running
                     clean = self.consumer.stop()
                     self._fault("stop", name, t, end=now_ms(),
                                 detail="consumer stopped cleanly (committed)" if clean
-                                else "consumer did not stop cleanly in 10 s: SIGKILLed")
+                                else "consumer did not stop cleanly in 10 s: SIGKILLed"
+                                if was_running else "consumer had already exited")
                 else:
                     self.consumer.start()
                     self._fault("start", name, t, end=now_ms(),

@@ -144,6 +144,8 @@ CONSUMER: dict[str, tuple[str, bool, str]] = {
     "topic": ("str", False, "topic consumed"),
     "commit_interval_ms": ("int", False, "how often the consumer commits its offsets"),
     "incarnations": ("int", False, "consumer processes started in the run"),
+    "exit_codes": ("list", False, "each incarnation's exit code in order: 0 clean, -9 "
+                                  "SIGKILLed, 1 gave up (its N.log says why)"),
     "drain_started_ms": ("int", True, "when the harness asked the consumer to drain "
                                       "(after the load ended); null if it did not"),
     "drained": ("bool", False, "the last incarnation consumed until the cluster had nothing "

@@ -44,7 +44,8 @@ def _commit(offset: int, incarnation: int = 1) -> dict[str, Any]:
 
 def _consumer(incarnations: int, *, drained: bool = True) -> dict[str, Any]:
     return {"group": "chaos", "topic": "chaos", "commit_interval_ms": 5000,
-            "incarnations": incarnations, "drain_started_ms": T0 + 9000, "drained": drained,
+            "incarnations": incarnations, "exit_codes": [-9] * (incarnations - 1) + [0],
+            "drain_started_ms": T0 + 9000, "drained": drained,
             "ended_ms": T0 + 9600 if drained else None,
             "end_offsets": {"0": 4} if drained else None,
             "max_offsets": {"m": {"0": 4}} if drained else None}
@@ -247,6 +248,7 @@ def test_a_consumer_killed_between_commits_is_handed_messages_again(tmp_path: Pa
                                                                 ("start", "consumer")]
     assert {r["incarnation"] for r in consumed} == {1, 2}
     assert summary["incarnations"] == 2 and summary["drained"] is True
+    assert summary["exit_codes"] == [-9, 0]
     # Killed before its first commit (2-3.5 s into a 5 s interval): the
     # second incarnation starts from the queues' first offsets, so every
     # message the first one got is delivered exactly once more.
@@ -285,6 +287,8 @@ def test_a_master_crashed_before_persisting_offsets_makes_a_new_consumer_start_o
     assert [(f["kind"], f["node"]) for f in run.faults][:4] == [
         ("kill", "master"), ("stop", "consumer"), ("start", "master"), ("start", "consumer")]
     assert run.faults[1]["detail"] == "consumer stopped cleanly (committed)"
+    with open(os.path.join(run_dir, "consumer.json")) as f:
+        assert json.load(f)["exit_codes"] == [0, 0]
     killed_ms = run.faults[0]["start_ms"]
     consumed = read_jsonl(os.path.join(run_dir, "consumed.jsonl"))
     committed = read_jsonl(os.path.join(run_dir, "committed.jsonl"))
