@@ -12,6 +12,12 @@ Phases:
 3. end, the same for every run: paused nodes resumed, links healed, downed
    nodes started (recovered), replication given time to settle, every node
    stopped cleanly, every store read back from disk.
+
+In a scenario that consumes while producing, a consumer process
+(chaos/consumer_proc.py) starts with the load and is a step target like a
+node; after the settle, with the load over, it is (re)started if down and
+drained before the nodes stop, so what the master holds and no consumer got
+is measured against a consumer that had every chance to get it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import pytest
 from pipeline_fixtures import T0, make_run, op, rec, spark  # noqa: F401
 from test_chaos_run import _processes_mentioning, _run
 
+from chaos.consumer_proc import _Drain, collect
 from chaos.consumption import figures
 from chaos.pipeline import build_report
 from chaos.runs import load_run
@@ -128,6 +129,42 @@ def test_a_message_only_on_a_slave_is_not_delivered_then_lost() -> None:
     got = figures([_d("g", 1, 0, node="s")], consumable_master_ids=set(),
                   every_node_ids={"g"}, drained=True, incarnations=1, offsets_committed=0)
     assert got["delivered_then_lost"] == 0 and got["stored_never_delivered"] == 0
+
+
+# ------------------------------------------------- the consumer process's files
+def test_collect_tags_incarnations_and_trusts_only_the_last_ones_end(tmp_path: Path) -> None:
+    def lines(*rows: dict[str, Any]) -> str:
+        return "".join(json.dumps(r) + "\n" for r in rows)
+
+    delivery = {k: v for k, v in _d("a").items() if k != "incarnation"}
+    end = {"kind": "end", "time_ms": T0 + 9, "offsets": {"0": 1}, "max_offsets": {"m": {"0": 1}}}
+    (tmp_path / "1.jsonl").write_text(lines({"kind": "delivery", **delivery},
+                                            {"kind": "commit", "topic": "chaos", "queue_id": 0,
+                                             "offset": 1, "time_ms": T0}, end))
+    (tmp_path / "2.jsonl").write_text(lines({"kind": "delivery", **delivery}))
+    kw: dict[str, Any] = {"group": "g", "topic": "chaos", "commit_interval_ms": 5000,
+                          "drain_started_ms": T0, "exit_codes": [0, -9]}
+    consumed, committed, summary = collect(str(tmp_path), 2, drained=True, **kw)
+    assert [r["incarnation"] for r in consumed] == [1, 2]
+    assert [(r["incarnation"], r["offset"]) for r in committed] == [(1, 1)]
+    # The second incarnation wrote no end row: it did not drain, whatever
+    # the harness believed.
+    assert summary["drained"] is False and summary["ended_ms"] is None
+    (tmp_path / "2.jsonl").write_text(lines({"kind": "delivery", **delivery}, end))
+    assert collect(str(tmp_path), 2, drained=True, **kw)[2]["drained"] is True
+    (tmp_path / "2.jsonl").write_text('{"kind": "deli')
+    with pytest.raises(ValueError, match="not a JSON line"):
+        collect(str(tmp_path), 2, drained=True, **kw)
+
+
+def test_the_drain_stops_after_a_quiet_stretch_counted_from_the_last_delivery() -> None:
+    d = _Drain(quiet_ms=600)
+    assert not d.should_stop(10_000, False)  # no drain asked: never
+    assert not d.should_stop(10_100, True)  # asked at 10.1 s
+    d.last_delivery_ms = 10_500
+    assert not d.should_stop(10_800, True)  # 700 ms since asked, 300 since a delivery
+    assert d.should_stop(11_100, False)  # 600 ms quiet (the file is seen once is enough)
+    assert _Drain(quiet_ms=600).should_stop(0, False, at_once=True)
 
 
 # ------------------------------------------------- through the Spark report
