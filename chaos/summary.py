@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 
-from chaos.schema import read_jsonl
+from chaos import consumption
+from chaos.runs import load_run
+from chaos.schema import SchemaError, read_jsonl
 
 
 def one_line(run_dir: str) -> str:
@@ -30,4 +32,15 @@ def one_line(run_dir: str) -> str:
              f"{len(acked - anywhere)} lost everywhere", f"{failed} not PUT_OK"]
     if ahead:
         parts.append(f"slave ahead by {max(ahead)} bytes")
+    try:
+        consumed = consumption.run_figures(load_run(run_dir, 0))
+    except (SchemaError, ValueError, OSError) as exc:  # the report names it in full
+        parts.append(f"consumer files unreadable ({exc})")
+        consumed = None
+    if consumed is not None:
+        never = consumed["stored_never_delivered"]
+        parts.append(f"consumer: {consumed['delivered']} delivered, "
+                     f"{consumed['duplicates_delivered']} duplicates, "
+                     f"{'?' if never is None else never} stored never delivered, "
+                     f"{consumed['delivered_then_lost']} delivered then lost")
     return ", ".join(parts)

@@ -27,6 +27,7 @@ from chaos.schema import (
     write_json,
     write_jsonl,
 )
+from chaos.summary import one_line
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
@@ -308,6 +309,8 @@ def test_a_consumer_killed_between_commits_is_handed_messages_again(tmp_path: Pa
     assert {str(q): o for q, o in last.items()} == summary["end_offsets"]
     assert summary["end_offsets"] == summary["max_offsets"]["master"]
     assert sum(summary["end_offsets"].values()) == len(master)
+    assert (f"consumer: {len(consumed)} delivered, {len(first)} duplicates, 0 stored never "
+            "delivered, 0 delivered then lost") in one_line(run_dir)
     assert _processes_mentioning(run_dir) == []
 
 
