@@ -323,7 +323,8 @@ examples:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--count-only", action="store_true", help="print only the total")
     out.add_argument("--jsonl", action="store_true",
-                     help="print one JSON object per delivery (what the chaos harness records)")
+                     help="print one JSON object per delivery, for tools (flushed before the "
+                          "offset moves, so a killed consumer has printed all it was handed)")
     p.set_defaults(handler=cmd_consume)
 
 
