@@ -227,24 +227,36 @@ def _register_send(sub: Any) -> None:
     p.set_defaults(handler=cmd_send)
 
 
-def cmd_send(args: argparse.Namespace) -> int:
+def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: str
+                       ) -> tuple[list[str], str]:
+    """Where to connect and with which token: with --dir, the cluster's
+    master first, then its other nodes, and DIR/token (unless --token-file);
+    otherwise the addresses given by `flag`, which need --token-file."""
     from cluster.auth import TokenError, read_token_file
-    from cluster.client import AsyncNodeClient, cluster_target
+    from cluster.client import cluster_target
+
+    try:
+        if args.dir:
+            target = cluster_target(args.dir)
+            master = target.master_address
+            targets = [master] + [a for a in target.addresses.values() if a != master]
+            return targets, (read_token_file(args.token_file) if args.token_file
+                             else target.token)
+        if not args.token_file:
+            raise UserError(f"{flag} needs --token-file (the cluster's DIR/token)")
+        assert given, f"argparse requires --dir or {flag}"
+        return list(given), read_token_file(args.token_file)
+    except (TokenError, FileNotFoundError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from cluster.client import AsyncNodeClient
     from cluster.sendload import format_report, run_load
 
     if args.size > 64 << 20:
         raise UserError("--size: at most 64MiB")
-    try:
-        if args.dir:
-            target = cluster_target(args.dir)
-            addr = target.master_address
-            token = read_token_file(args.token_file) if args.token_file else target.token
-        else:
-            if not args.token_file:
-                raise UserError("--to needs --token-file (the cluster's DIR/token)")
-            addr, token = args.to, read_token_file(args.token_file)
-    except (TokenError, FileNotFoundError) as exc:
-        raise UserError(str(exc)) from None
+    (addr, *_), token = _targets_and_token(args, [args.to] if args.to else None, "--to")
 
     async def go() -> Any:
         async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0) as c:
@@ -329,8 +341,6 @@ examples:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from cluster.auth import TokenError, read_token_file
-    from cluster.client import cluster_target
     from cluster.consumer import Consumer, ConsumerError, Delivery
 
     if args.mode == "broadcast" and not args.offset_file:
@@ -340,18 +350,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                         "keeps the group's offsets")
     if args.max is None and args.idle_exit is None:
         raise UserError("give --max N or --idle-exit SECONDS so the consumer knows when to stop")
-    try:
-        if args.dir:
-            target = cluster_target(args.dir)
-            master = target.master_address
-            targets = [master] + [a for a in target.addresses.values() if a != master]
-            token = read_token_file(args.token_file) if args.token_file else target.token
-        else:
-            if not args.token_file:
-                raise UserError("--target needs --token-file (the cluster's DIR/token)")
-            targets, token = args.targets, read_token_file(args.token_file)
-    except (TokenError, FileNotFoundError) as exc:
-        raise UserError(str(exc)) from None
+    targets, token = _targets_and_token(args, args.targets, "--target")
 
     def show(d: Delivery) -> None:
         if args.jsonl:
