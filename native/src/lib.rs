@@ -350,7 +350,8 @@ fn reput_impl(b: &[u8], base: i64) -> (usize, Option<i64>, Vec<Group>) {
     let mut pos = 0usize;
     let mut last_ts = None;
     let mut groups: Vec<Group> = Vec::new();
-    let mut index: std::collections::HashMap<(Vec<u8>, i32), usize> =
+    // Keys borrow the topic bytes from `b`: one copy per group, not per record.
+    let mut index: std::collections::HashMap<(&[u8], i32), usize> =
         std::collections::HashMap::new();
     while pos + 8 <= b.len() {
         let size = be_i32(b, pos);
@@ -382,10 +383,11 @@ fn reput_impl(b: &[u8], base: i64) -> (usize, Option<i64>, Vec<Group>) {
             break;
         }
         let Some(tag) = tag_hash(&b[p + 2..p + 2 + plen]) else { break };
-        let key = (b[t + 1..p].to_vec(), queue_id);
-        let g = *index.entry(key.clone()).or_insert_with(|| {
-            groups.push(Group { topic: key.0, queue_id, contiguous: true, qos: Vec::new(),
-                                offsets: Vec::new(), sizes: Vec::new(), tags: Vec::new() });
+        let topic = &b[t + 1..p];
+        let g = *index.entry((topic, queue_id)).or_insert_with(|| {
+            groups.push(Group { topic: topic.to_vec(), queue_id, contiguous: true,
+                                qos: Vec::new(), offsets: Vec::new(), sizes: Vec::new(),
+                                tags: Vec::new() });
             groups.len() - 1
         });
         let grp = &mut groups[g];
@@ -404,8 +406,9 @@ fn reput_impl(b: &[u8], base: i64) -> (usize, Option<i64>, Vec<Group>) {
     (pos, last_ts, groups)
 }
 
-fn ne_bytes<'py, T: Copy>(py: Python<'py>, v: &[T], to: impl Fn(T) -> Vec<u8>) -> Bound<'py, PyBytes> {
-    let mut out = Vec::with_capacity(v.len() * std::mem::size_of::<T>());
+fn ne_bytes<'py, T: Copy, const N: usize>(py: Python<'py>, v: &[T], to: impl Fn(T) -> [u8; N])
+    -> Bound<'py, PyBytes> {
+    let mut out = Vec::with_capacity(v.len() * N);
     for x in v {
         out.extend_from_slice(&to(*x));
     }
@@ -440,10 +443,10 @@ fn reput_groups<'py>(py: Python<'py>, buf: PyBuffer<u8>, base: i64)
             PyString::new(py, &topic).into_any(),
             g.queue_id.into_pyobject(py)?.into_any(),
             pyo3::types::PyBool::new(py, g.contiguous).to_owned().into_any(),
-            ne_bytes(py, &g.qos, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
-            ne_bytes(py, &g.offsets, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
-            ne_bytes(py, &g.sizes, |x: i32| x.to_ne_bytes().to_vec()).into_any(),
-            ne_bytes(py, &g.tags, |x: i64| x.to_ne_bytes().to_vec()).into_any(),
+            ne_bytes(py, &g.qos, i64::to_ne_bytes).into_any(),
+            ne_bytes(py, &g.offsets, i64::to_ne_bytes).into_any(),
+            ne_bytes(py, &g.sizes, i32::to_ne_bytes).into_any(),
+            ne_bytes(py, &g.tags, i64::to_ne_bytes).into_any(),
         ])?;
         out.append(item)?;
     }
