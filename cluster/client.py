@@ -7,15 +7,21 @@ be stored, and the client never reports it as lost. Status, read and other
 calls raise NodeCallError with a readable message instead.
 
 Two flavours with the same methods: AsyncNodeClient (grpc.aio, for load)
-and NodeClient (blocking, for scripts and tests).
+and NodeClient (blocking, for scripts and tests). AsyncNodeClient.send
+multiplexes concurrent sends over one SendStream call per client object
+(opened on the first send, reopened on the next send after it fails; see
+_SendStream); NodeClient.send and every send_batch are unary calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +129,109 @@ def _indeterminate(exc: grpc.RpcError, msg_id: str, t0: float, invoke_ms: int) -
                        latency_s=time.perf_counter() - t0)
 
 
+# How a send that got no result ended: (gRPC code name, details).
+_Failure = tuple[str, str]
+
+
+def _failed(failure: _Failure, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
+    name, details = failure
+    return SendOutcome(status=INDETERMINATE, msg_id=msg_id, detail=f"{name}: {details}",
+                       invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
+                       latency_s=time.perf_counter() - t0)
+
+
+class _SendStream:
+    """One SendStream call shared by a client's concurrent sends (RocketMQ's
+    remoting model: requests tagged with an `opaque` id, results matched by
+    it, in any order).
+
+    A writer task writes queued requests in order (grpc allows one write at
+    a time per call); a reader task resolves each send's future by the
+    result's id. When the call ends for any reason, every send still waiting
+    gets the same failure — the outcome a failed unary Send gives
+    (INDETERMINATE, the call's code and details) — and `failure` tells the
+    client to open a new call for the next send. A send whose own timeout
+    passes first is INDETERMINATE (DEADLINE_EXCEEDED); a late result for it
+    is dropped."""
+
+    def __init__(self, stub: broker_pb2_grpc.BrokerStub,
+                 metadata: tuple[tuple[str, str], ...]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.call = stub.SendStream(metadata=metadata)
+        self.pending: dict[int, asyncio.Future[broker_pb2.SendResult | _Failure]] = {}
+        self.failure: _Failure | None = None
+        self._queue: deque[broker_pb2.SendStreamRequest] = deque()
+        self._wake = asyncio.Event()
+        self._next_opaque = 0
+        self._writer = loop.create_task(self._write())
+        self._reader = loop.create_task(self._read())
+
+    def submit(self, message: broker_pb2.Message
+               ) -> tuple[int, asyncio.Future[broker_pb2.SendResult | _Failure]]:
+        assert self.failure is None, "a failed stream takes no more sends"
+        self._next_opaque += 1
+        opaque = self._next_opaque
+        fut: asyncio.Future[broker_pb2.SendResult | _Failure] = self._loop.create_future()
+        self.pending[opaque] = fut
+        self._queue.append(broker_pb2.SendStreamRequest(opaque=opaque, message=message))
+        self._wake.set()
+        return opaque, fut
+
+    def expire(self, opaque: int, timeout_s: float) -> None:
+        fut = self.pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_result(("DEADLINE_EXCEEDED",
+                            f"no result within {timeout_s:g} s on the send stream"))
+
+    async def close(self) -> None:
+        self.call.cancel()
+        for task in (self._reader, self._writer):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                while self._queue:
+                    await self.call.write(self._queue.popleft())
+                self._wake.clear()
+                await self._wake.wait()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            # grpc fails a write once the call has ended; the reader reports
+            # how it ended. Anything else: end the call so the reader does.
+            if not self.call.done():
+                self.call.cancel()
+
+    async def _read(self) -> None:
+        failure: _Failure = ("CANCELLED", "the client closed its send stream")
+        try:
+            while True:
+                response = await self.call.read()
+                if response is grpc.aio.EOF:
+                    code = await self.call.code()
+                    failure = (code.name, (await self.call.details())
+                               or "the node ended the send stream before answering")
+                    break
+                fut = self.pending.pop(response.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(response.result)
+        except grpc.aio.AioRpcError as exc:
+            failure = (exc.code().name, exc.details() or "")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.failure = failure
+            self._writer.cancel()
+            pending, self.pending = self.pending, {}
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_result(failure)
+
+
 def decode_chunk(resp: broker_pb2.ReadResponse, offset: int) -> ReadChunk:
     records = []
     data = resp.data
@@ -145,6 +254,7 @@ class AsyncNodeClient:
         self._channel = grpc.aio.insecure_channel(address,
                                                   options=[*CHANNEL_OPTIONS, *channel_options])
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._stream: _SendStream | None = None
 
     async def __aenter__(self) -> AsyncNodeClient:
         return self
@@ -153,18 +263,32 @@ class AsyncNodeClient:
         await self.close()
 
     async def close(self) -> None:
+        """Ends the send stream (sends still waiting come back
+        INDETERMINATE) and the channel."""
+        if self._stream is not None:
+            await self._stream.close()
         await self._channel.close()
 
     async def send(self, msg: Message, *, timeout_s: float | None = None) -> SendOutcome:
+        """One message over this client's send stream; concurrent sends
+        share it. INDETERMINATE when no result came back within the timeout
+        or the stream failed before its result."""
         msg_id = msg.msg_id or ""
         invoke_ms, t0 = time.time_ns() // 1_000_000, time.perf_counter()
+        stream = self._stream
+        if stream is None or stream.failure is not None:
+            stream = self._stream = _SendStream(self._stub, self._metadata)
+        timeout = timeout_s or self.timeout_s
+        opaque, fut = stream.submit(message_to_pb(msg))
+        timer = asyncio.get_running_loop().call_later(timeout, stream.expire, opaque, timeout)
         try:
-            pb = await self._stub.Send(broker_pb2.SendRequest(message=message_to_pb(msg)),
-                                       timeout=timeout_s or self.timeout_s,
-                                       metadata=self._metadata)
-        except grpc.RpcError as exc:
-            return _indeterminate(exc, msg_id, t0, invoke_ms)
-        return _outcome(pb, msg_id, t0, invoke_ms)
+            result = await fut
+        finally:
+            timer.cancel()
+            stream.pending.pop(opaque, None)
+        if isinstance(result, tuple):
+            return _failed(result, msg_id, t0, invoke_ms)
+        return _outcome(result, msg_id, t0, invoke_ms)
 
     async def send_batch(self, msgs: Sequence[Message], *, timeout_s: float | None = None
                          ) -> list[SendOutcome]:

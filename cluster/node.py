@@ -39,6 +39,7 @@ from cluster import consume_service
 from cluster.auth import TokenInterceptor
 from cluster.backend import Role
 from cluster.guards import MalformedRequestInterceptor
+from cluster.send_stream import End, SendSession
 from cluster.wire import message_from_pb, peer_host, result_to_pb
 from ha.config import HAConfig
 from ha.master import HAMaster
@@ -114,6 +115,7 @@ class Node:
         self._stopping = False
         self._open_batch: _Batch | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._send_sessions: set[SendSession] = set()
         self._offset_sync: asyncio.Task[None] | None = None
         self._offset_sync_state: consume_service.OffsetSyncState | None = None
 
@@ -177,6 +179,11 @@ class Node:
             return
         self._stopping = True
         log.info("node %s shutting down", self.config.name)
+        for session in list(self._send_sessions):
+            # Stop reading; each call ends once its taken puts are answered
+            # (server.stop below waits for that within the grace period).
+            session.close(f"node {self.config.name} is shutting down; send again once it "
+                          "is back (results not received are indeterminate)")
         await self._health.enter_graceful_shutdown()
         if self.ha_slave is not None:
             await self.ha_slave.stop()
@@ -198,24 +205,59 @@ class Node:
 
     # ------------------------------------------------------------------ puts
     async def put_many(self, messages: Sequence[Message]) -> list[PutResult]:
+        # A private future: a caller cancelled while it waits (its RPC's
+        # deadline passed) must not cancel the batch the other puts share.
+        fut: asyncio.Future[list[PutResult]] = asyncio.get_running_loop().create_future()
+
+        def done(results: list[PutResult]) -> None:
+            if not fut.done():
+                fut.set_result(results)
+
+        self.submit(messages, done)
+        return await fut
+
+    def submit(self, messages: Sequence[Message],
+               on_done: Callable[[list[PutResult]], object]) -> None:
+        """Put `messages` with this loop tick's batch; `on_done` gets their
+        results, in order, once, from the loop (never from inside this call).
+        A put is the node's from here on: it completes whatever happens to
+        the caller (a cancelled RPC, a closed stream)."""
+        loop = asyncio.get_running_loop()
         if self.role == Role.SLAVE:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
-                              detail=f"{self.config.name} is a SLAVE; send to its master "
-                                     f"({self.config.master})") for m in messages]
+            loop.call_soon(on_done, [PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
+                detail=f"{self.config.name} is a SLAVE; send to its master "
+                       f"({self.config.master})") for m in messages])
+            return
         if self._stopping or self.store is None:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
-                              detail="node is shutting down") for m in messages]
+            loop.call_soon(on_done, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
+                                               detail="node is shutting down")
+                                     for m in messages])
+            return
         if not messages:
-            return []
+            loop.call_soon(on_done, [])
+            return
         batch = self._open_batch
         if batch is None:
-            loop = asyncio.get_running_loop()
             batch = self._open_batch = _Batch(loop)
             loop.call_soon(self._drain, batch)
         start = len(batch.messages)
         batch.messages.extend(messages)
-        final = await batch.done
-        return final[start:start + len(messages)]
+        end = len(batch.messages)
+        batch.done.add_done_callback(lambda f: on_done(f.result()[start:end]))
+
+    async def serve_send_stream(self, context: grpc.aio.ServicerContext) -> End | None:
+        """One SendStream call (cluster/send_stream.py); returns the status
+        to end it with (None: OK)."""
+        if self._stopping:
+            return (grpc.StatusCode.UNAVAILABLE, f"node {self.config.name} is shutting down")
+        peer = context.peer()
+        session = SendSession(self.submit, peer_host(peer), peer=peer)
+        self._send_sessions.add(session)
+        try:
+            return await session.serve(context)
+        finally:
+            self._send_sessions.discard(session)
 
     def _drain(self, batch: _Batch) -> None:
         self._open_batch = None
@@ -375,6 +417,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         msg = message_from_pb(request.message, peer_host(context.peer()))
         (result,) = await self.node.put_many([msg])
         return result_to_pb(result)
+
+    async def SendStream(self, request_iterator: Any, context: grpc.aio.ServicerContext
+                         ) -> None:
+        # Requests are read with context.read() (the session's reader task).
+        end = await self.node.serve_send_stream(context)
+        if end is not None:
+            await context.abort(*end)
 
     async def SendBatch(self, request: broker_pb2.SendBatchRequest,
                         context: grpc.aio.ServicerContext) -> broker_pb2.SendBatchResponse:

@@ -90,6 +90,22 @@ class SendResult(_message.Message):
     detail: str
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class SendStreamRequest(_message.Message):
+    __slots__ = ("opaque", "message")
+    OPAQUE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    opaque: int
+    message: Message
+    def __init__(self, opaque: _Optional[int] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class SendStreamResult(_message.Message):
+    __slots__ = ("opaque", "result")
+    OPAQUE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    opaque: int
+    result: SendResult
+    def __init__(self, opaque: _Optional[int] = ..., result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
 class SendBatchRequest(_message.Message):
     __slots__ = ("messages",)
     MESSAGES_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=proto_dot_broker__pb2.SendRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.SendResult.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/dlab.broker.Broker/SendStream',
+                request_serializer=proto_dot_broker__pb2.SendStreamRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.SendStreamResult.FromString,
+                _registered_method=True)
         self.SendBatch = channel.unary_unary(
                 '/dlab.broker.Broker/SendBatch',
                 request_serializer=proto_dot_broker__pb2.SendBatchRequest.SerializeToString,
@@ -86,6 +91,19 @@ class BrokerServicer:
 
     def Send(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """Many sends over one long-lived call (cluster/send_stream.py): each
+        request is put as soon as it is read, results are written as puts
+        complete (out of order). A node reads at most a bounded number of
+        requests ahead of their results per stream. When the node shuts down it
+        stops reading, writes the results of the puts it took and ends the call
+        with UNAVAILABLE; a client that loses the call cannot know the outcome
+        of requests whose results it did not get (indeterminate).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -151,6 +169,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=proto_dot_broker__pb2.SendRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.SendResult.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=proto_dot_broker__pb2.SendStreamRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.SendStreamResult.SerializeToString,
             ),
             'SendBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.SendBatch,
@@ -220,6 +243,33 @@ class Broker:
             '/dlab.broker.Broker/Send',
             proto_dot_broker__pb2.SendRequest.SerializeToString,
             proto_dot_broker__pb2.SendResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dlab.broker.Broker/SendStream',
+            proto_dot_broker__pb2.SendStreamRequest.SerializeToString,
+            proto_dot_broker__pb2.SendStreamResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,8 +31,8 @@ def test_the_services_are_what_nodes_register() -> None:
     from proto import broker_pb2, ha_pb2
 
     broker = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
-    assert [m.name for m in broker.methods] == ["Send", "SendBatch", "Read", "Status", "Pull",
-                                               "QueueInfo", "CommitOffset", "QueryOffset",
+    assert [m.name for m in broker.methods] == ["Send", "SendStream", "SendBatch", "Read", "Status",
+                                               "Pull", "QueueInfo", "CommitOffset", "QueryOffset",
                                                "GetConsumerOffsets"]
     ha = ha_pb2.DESCRIPTOR.services_by_name["HA"]
     (replicate,) = ha.methods
