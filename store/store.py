@@ -89,12 +89,13 @@ class _Generation:
 class _PutBatch:
     """Puts of one loop tick, appended together by MessageStore._drain."""
 
-    __slots__ = ("messages", "results", "future")
+    __slots__ = ("messages", "results", "future", "drained")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.messages: list[Message] = []
         self.results: list[PutResult] = []
         self.future: asyncio.Future[PutStatus] = loop.create_future()
+        self.drained = False
 
 
 class _GroupCommit:
@@ -614,6 +615,11 @@ class MessageStore:
             loop.call_soon(self._drain, batch)
         index = len(batch.messages)
         batch.messages.append(message)
+        if index + 1 >= self._max_coalesce:
+            # Full: append it now, so its flush can start while the puts
+            # still to come in this tick are encoded (left to the end of the
+            # tick, every flush waited for every producer).
+            self._drain(batch)
         status = await batch.future
         result = batch.results[index]
         if result.status is not PutStatus.PUT_OK or status is PutStatus.PUT_OK:
@@ -621,6 +627,9 @@ class MessageStore:
         return result._replace(status=status, detail=self.log.failed or "")
 
     def _drain(self, batch: _PutBatch) -> None:
+        if batch.drained:
+            return  # drained early, when it filled up
+        batch.drained = True
         if self._open_batch is batch:
             self._open_batch = None
         batch.results = results = self.append(batch.messages)
