@@ -43,6 +43,7 @@ from cluster.send_stream import End, SendSession
 from cluster.wire import message_from_pb, peer_host, result_to_pb
 from ha.config import HAConfig
 from ha.master import HAMaster
+from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
 from store.clock import Clock, SystemClock
@@ -140,9 +141,7 @@ class Node:
         if self.role != Role.SLAVE:
             self.ha_master = HAMaster(self.store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
-            from proto import ha_pb2_grpc
-
-            ha_pb2_grpc.add_HAServicer_to_server(self.ha_master, self.server)
+            add_ha_to_server(self.ha_master, self.server)  # pre-encoded ranges
             services.append(HA_SERVICE)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
         reflection.enable_server_reflection(services, self.server)

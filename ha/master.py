@@ -22,6 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cluster.backend import ShipLimit
+from ha import frames
 from ha.config import HAConfig
 from ha.session import (
     Accept,
@@ -40,6 +41,7 @@ from store.status import PutStatus
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.master")
+SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 # How long a closing stream waits for a write in flight (see _run_stream).
 WRITE_DRAIN_S = 2.0
 
@@ -304,8 +306,8 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             if session.truncate_to is not None and stream.truncate_sent != session.truncate_to:
                 # Sent once; the slave's report of the cut re-establishes the session.
                 stream.truncate_sent = session.truncate_to
-                await context.write(ha_pb2.MasterMessage(truncate=ha_pb2.Truncate(
-                    offset=session.truncate_to, reason=stream.link.detail)))
+                await context.write(frames.encode_truncate(session.truncate_to,
+                                                           stream.link.detail))
                 session.on_sent(now=now)
             limit = self.log.flushed if ship_flushed else self.log.wrote
             ship = session.next_ship(limit)
@@ -318,14 +320,12 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                                       "log has diverged from this master's)")
                     return
                 session.on_shipped(ship.offset, nxt, now=now)
-                await context.write(ha_pb2.MasterMessage(range=ha_pb2.Range(
-                    offset=ship.offset, data=data, master_wrote=self.log.wrote)))
+                await context.write(frames.encode_range(ship.offset, data, self.log.wrote))
                 self.failpoints.hit("after_ship_before_ack")
                 continue
             if session.established and session.heartbeat_due(now):
                 assert session.shipped is not None
-                await context.write(ha_pb2.MasterMessage(range=ha_pb2.Range(
-                    offset=session.shipped, master_wrote=self.log.wrote)))
+                await context.write(frames.encode_range(session.shipped, b"", self.log.wrote))
                 session.on_sent(now=now)
             timeout = session.wake_in(self.clock.monotonic())
             if ship_flushed and self.log.flushed < self.log.wrote:
@@ -356,5 +356,12 @@ def _resolve(fut: asyncio.Future[PutStatus], status: PutStatus) -> None:
 
 
 def add_to_server(master: HAMaster, server: grpc.aio.Server) -> None:
-    ha_pb2_grpc.add_HAServicer_to_server(master, server)
+    """Register the HA service. Not through the generated
+    add_HAServicer_to_server: the master writes MasterMessages already
+    encoded (ha/frames.py), so the handler has no response serializer."""
+    handlers = {"Replicate": grpc.stream_stream_rpc_method_handler(
+        master.Replicate, request_deserializer=ha_pb2.Report.FromString,
+        response_serializer=None)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
 

@@ -25,9 +25,10 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from cluster.auth import token_metadata
+from ha import frames
 from ha.config import HAConfig
 from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
-from proto import ha_pb2, ha_pb2_grpc
+from proto import ha_pb2
 from store.clock import Clock
 from store.commitlog import OffsetMismatchError, RangeRejectedError, StoreFailedError
 from store.config import FlushMode
@@ -45,6 +46,9 @@ HA_CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 128 * 1024 * 1024),
     ("grpc.http2.max_frame_size", 16 * 1024 * 1024 - 1),
 ]
+
+
+REPLICATE_METHOD = f"/{ha_pb2.DESCRIPTOR.services_by_name['HA'].full_name}/Replicate"
 
 
 class StreamEnded(Exception):
@@ -123,7 +127,12 @@ class HASlave:
         try:
             async with grpc.aio.insecure_channel(self.master_address,
                                                  options=HA_CHANNEL_OPTIONS) as channel:
-                call = ha_pb2_grpc.HAStub(channel).Replicate(metadata=token_metadata(self.token))
+                # Raw responses: ranges are decoded by ha/frames.py, which
+                # takes their data without copying it out of a message.
+                replicate = channel.stream_stream(
+                    REPLICATE_METHOD, request_serializer=ha_pb2.Report.SerializeToString,
+                    response_deserializer=None)
+                call = replicate(metadata=token_metadata(self.token))
                 await self._serve(call)
         except StreamEnded as exc:
             self._note_end(str(exc))
@@ -166,19 +175,20 @@ class HASlave:
                     status = await call.code()
                     details = await call.details()
                     raise StreamEnded(f"master ended the stream: {status.name} {details}")
-                assert isinstance(msg, ha_pb2.MasterMessage)
+                assert isinstance(msg, bytes)
+                try:
+                    frame = frames.decode(msg)
+                except frames.FrameError as exc:
+                    raise StreamEnded(str(exc)) from None
                 self.link.last_contact_ms = self.clock.wall_ms()
                 if self.link.state != "streaming":
                     self.link.state = "streaming"
                 now = self.clock.monotonic()
-                kind = msg.WhichOneof("kind")
-                if kind == "range":
+                if isinstance(frame, frames.RangeFrame):
                     got_data = True
-                    self._on_range(session, msg.range, now)
-                elif kind == "truncate":
-                    await self._on_truncate(session, msg.truncate, now)
+                    self._on_range(session, frame, now)
                 else:
-                    raise StreamEnded("master sent an empty message (newer protocol?)")
+                    await self._on_truncate(session, frame, now)
                 want_report.set()
         except (StreamEnded, grpc.aio.AioRpcError) as exc:
             reason = str(exc) if isinstance(exc, StreamEnded) else \
@@ -192,16 +202,17 @@ class HASlave:
                 await writer
             call.cancel()
 
-    def _on_range(self, session: SlaveSession, rng: ha_pb2.Range, now: float) -> None:
-        data = rng.data  # each access copies the bytes out of the message
-        decision = session.on_range(rng.offset, len(data), now=now)
+    def _on_range(self, session: SlaveSession, rng: frames.RangeFrame, now: float) -> None:
+        decision = session.on_range(rng.offset, len(rng.data), now=now)
         if isinstance(decision, Drop):
             raise StreamEnded(decision.reason)
         if isinstance(decision, Heartbeat):
             return
         assert isinstance(decision, Apply)
         try:
-            new_max = self.log.append_raw(rng.offset, data)
+            # The one copy of the data on this side: out of the received
+            # message into the bytes the log keeps until they are flushed.
+            new_max = self.log.append_raw(rng.offset, bytes(rng.data))
         except OffsetMismatchError as exc:
             raise StreamEnded(f"range rejected: {exc}") from None
         except RangeRejectedError as exc:
@@ -211,7 +222,7 @@ class HASlave:
         self.failpoints.hit("slave_after_append_before_report")
         self._kick_flush()
 
-    async def _on_truncate(self, session: SlaveSession, tr: ha_pb2.Truncate, now: float
+    async def _on_truncate(self, session: SlaveSession, tr: frames.TruncateFrame, now: float
                            ) -> None:
         decision = session.on_truncate(tr.offset, now=now)
         if isinstance(decision, Drop):
