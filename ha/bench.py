@@ -14,11 +14,18 @@ catch-up: a master node holds a backlog (default 512 MiB of 4 KiB-body
 sync-master: a SYNC_MASTER + SYNC_FLUSH master with one SYNC_FLUSH slave,
   1 KiB bodies. Acked (PUT_OK) puts/s with 64 concurrent clients over puts/s
   with 1 client (goal >= 10), and the single client's p99 latency over the
-  p99 of one raw gRPC round trip (bench_peer's Echo) followed by one
+  p99 of one raw gRPC round trip (bench_peer's unary Echo) followed by one
   write + fsync, measured in the same run (goal <= 2). `ratio` is the
-  throughput ratio, `p99_ratio` the latency one. For context it also
-  measures bare unary echo RPCs/s with the same number of clients: no put
-  path over grpc.aio can beat that on the same cores.
+  throughput ratio, `p99_ratio` the latency one. Each client is its own
+  AsyncNodeClient (its own channel object and its own SendStream call, one
+  message in flight at a time); grpc core lets channels with the same
+  target and options share one TCP connection, so the 64 streams are
+  multiplexed over one connection as a process's RocketMQ producers share
+  one remoting connection per broker. For context it also measures bare
+  echo over the same transport shape (bench_peer's EchoStream, one stream
+  per client, write then read per message): no put path over grpc.aio can
+  beat that on the same cores; and bare unary echo RPCs, the transport of
+  the unary Send the clients used before.
 """
 
 from __future__ import annotations
@@ -291,21 +298,27 @@ def _baseline_rtt_fsync(addr: str, n: int, body_size: int, path: str) -> list[fl
 
 async def _clients(addr: str, token: str, clients: int, count: int, body_size: int,
                    max_seconds: float) -> tuple[int, float, list[float], dict[str, int]]:
+    """`clients` independent producers, each its own AsyncNodeClient (its own
+    grpc channel and its own SendStream call), sending one message at a
+    time. (grpc core shares one TCP connection among channels to the same
+    address with the same options, as one process's RocketMQ producers
+    share one remoting connection per broker.)"""
     body = os.urandom(body_size)
-    channels = [AsyncNodeClient(addr, token=token, timeout_s=30)
-                for _ in range(min(clients, 8))]
+    producers = [AsyncNodeClient(addr, token=token, timeout_s=30) for _ in range(clients)]
     lat: list[float] = []
     counts: dict[str, int] = {}
     issued = 0
     try:
-        for c in channels:  # connect before timing
-            await c.status()
+        for c in producers:  # connect and open each stream before timing
+            out = await c.send(make_message("bench", body, msg_id=f"w{id(c)}"))
+            if out.indeterminate:
+                raise RuntimeError(f"warm-up send failed: {out.detail}")
         t0 = time.perf_counter()
         deadline = t0 + max_seconds
 
         async def one(k: int) -> None:
             nonlocal issued
-            c = channels[k % len(channels)]
+            c = producers[k]
             while issued < count and time.perf_counter() < deadline:
                 issued += 1
                 out = await c.send(make_message("bench", body, msg_id=f"s{k}-{issued}"))
@@ -316,17 +329,52 @@ async def _clients(addr: str, token: str, clients: int, count: int, body_size: i
         await asyncio.gather(*(one(k) for k in range(clients)))
         elapsed = time.perf_counter() - t0
     finally:
-        for c in channels:
+        for c in producers:
             await c.close()
     lat.sort()
     return counts.get("PUT_OK", 0), elapsed, lat, counts
 
 
 async def _echo_rate(addr: str, clients: int, count: int, body_size: int) -> float:
-    """Round trips per second of bare unary RPCs to the peer with `clients`
-    concurrent callers: the ceiling any unary put path can reach here."""
+    """Messages per second echoed by the peer over bare grpc.aio streams,
+    `clients` concurrent callers shaped as _clients' producers (each its own
+    channel and its own stream, one message at a time: write, then read its
+    echo): the ceiling any put path over the SendStream can reach here."""
     payload = os.urandom(body_size)
-    channels = [grpc.aio.insecure_channel(addr) for _ in range(min(clients, 8))]
+    channels = [grpc.aio.insecure_channel(addr) for _ in range(clients)]
+    calls = []
+    try:
+        for ch in channels:
+            await ch.channel_ready()
+            call = ch.stream_stream(bench_peer.ECHO_STREAM)()
+            await call.write(payload)  # open the stream before timing
+            await call.read()
+            calls.append(call)
+        issued = 0
+
+        async def one(k: int) -> None:
+            nonlocal issued
+            call = calls[k]
+            while issued < count:
+                issued += 1
+                await call.write(payload)
+                await call.read()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(k) for k in range(clients)))
+        return count / (time.perf_counter() - t0)
+    finally:
+        for call in calls:
+            call.cancel()
+        for ch in channels:
+            await ch.close()
+
+
+async def _unary_echo_rate(addr: str, clients: int, count: int, body_size: int) -> float:
+    """The same with one unary Echo RPC per message (the transport the
+    broker's unary Send uses), for comparison."""
+    payload = os.urandom(body_size)
+    channels = [grpc.aio.insecure_channel(addr) for _ in range(clients)]
     try:
         for ch in channels:
             await ch.channel_ready()
@@ -337,7 +385,7 @@ async def _echo_rate(addr: str, clients: int, count: int, body_size: int) -> flo
             nonlocal issued
             while issued < count:
                 issued += 1
-                await calls[k % len(calls)](payload, timeout=10)
+                await calls[k](payload, timeout=10)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(k) for k in range(clients)))
@@ -355,6 +403,7 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
         base = _baseline_rtt_fsync(addr, max(200, count_1 // 2), body_size,
                                    os.path.join(work, "fsync-probe"))
         echo_n = asyncio.run(_echo_rate(addr, clients, count_64, body_size))
+        unary_echo_n = asyncio.run(_unary_echo_rate(addr, clients, count_64 // 4, body_size))
     backend = LocalBackend()
     common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
                                   crash_model="power")
@@ -394,7 +443,8 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
         "p50_ms_1": percentile(lat1, 50),
         "baseline_rtt_fsync_p99_ms": round(base_p99, 3),
         "baseline_rtt_fsync_p50_ms": percentile(base, 50),
-        f"bare_echo_rpc_per_s_{clients}": round(echo_n, 1),
+        f"bare_echo_stream_msg_per_s_{clients}": round(echo_n, 1),
+        f"bare_echo_unary_rpc_per_s_{clients}": round(unary_echo_n, 1),
         "statuses_1": counts1, f"statuses_{clients}": countsn,
         "ratio": round(ratio, 2), "goal": ">= 10",
         "p99_ratio": round(p99_ratio, 3), "p99_goal": "<= 2",

@@ -6,7 +6,9 @@ own process with two raw-bytes methods (no protobuf, no store):
   the direction of the HA stream (server to client);
 - /dlab.bench.Peer/Sink  (stream -> unary): counts the bytes streamed to it
   (client to server, for comparison);
-- /dlab.bench.Peer/Echo  (unary -> unary): answers with what it got.
+- /dlab.bench.Peer/Echo  (unary -> unary): answers with what it got;
+- /dlab.bench.Peer/EchoStream (stream -> stream): answers each message with
+  itself, in order — the transport shape of the broker's SendStream.
 
     python -m ha.bench_peer --port-file FILE   # writes the bound port, serves
                                                 # until SIGTERM
@@ -30,6 +32,7 @@ from ha.slave import HA_CHANNEL_OPTIONS
 SOURCE = "/dlab.bench.Peer/Source"
 SINK = "/dlab.bench.Peer/Sink"
 ECHO = "/dlab.bench.Peer/Echo"
+ECHO_STREAM = "/dlab.bench.Peer/EchoStream"
 # The channel options the nodes' HA stream uses.
 OPTIONS = HA_CHANNEL_OPTIONS
 
@@ -58,6 +61,12 @@ async def _echo(request: bytes, context: Any) -> bytes:
     return request
 
 
+async def _echo_stream(request_iterator: AsyncIterator[bytes], context: Any
+                       ) -> AsyncIterator[bytes]:
+    async for message in request_iterator:
+        yield message
+
+
 class _Handler(grpc.GenericRpcHandler):
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if details.method == SOURCE:
@@ -66,6 +75,8 @@ class _Handler(grpc.GenericRpcHandler):
             return grpc.stream_unary_rpc_method_handler(_sink)
         if details.method == ECHO:
             return grpc.unary_unary_rpc_method_handler(_echo)
+        if details.method == ECHO_STREAM:
+            return grpc.stream_stream_rpc_method_handler(_echo_stream)
         return None
 
 
