@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import mmap
 import os
 import threading
@@ -60,10 +59,7 @@ from store.record import (
 from store.recovery import RecoveryPlan
 from store.segments import Segment, fsync_dir
 from store.status import PutResult, PutStatus
-
-# Builds a PutResult from one tuple without the NamedTuple's Python-level
-# __new__: the native encoder makes one per message.
-_MAKE_PUT_RESULT = functools.partial(tuple.__new__, PutResult)
+from store.writebuffers import WriteBuffers
 
 
 def _host_field(host: tuple[str, int]) -> bytes | None:
@@ -125,7 +121,8 @@ class CommitLog:
         # covers the rest of its segment).
         self._p_start: list[int] = []
         self._p_end: list[int] = []
-        self._p_data: list[bytes] = []
+        self._p_data: list[bytes | memoryview] = []
+        self._buffers = WriteBuffers(config.write_buffer_bytes, keep=config.write_buffers_kept)
         self._head = 0
         self._last_ts = last_store_timestamp_ms
         self._host_field = _host_field(config.store_host)
@@ -186,53 +183,78 @@ class CommitLog:
             self._flush_failed = True
 
     # --------------------------------------------------------------- append
-    def _push(self, seg: Segment, start: int, data: bytes, logical_end: int) -> None:
-        """Queue a chunk at `start`; under PROCESS write it through now."""
+    def _push(self, seg: Segment, start: int, data: bytes | memoryview,
+              logical_end: int) -> None:
+        """Queue a chunk at `start`; under PROCESS write it through now (and
+        queue no bytes: nothing reads them again, so the buffer is free)."""
         if not self._power:
             seg.pwrite(start - seg.start, data)
             self.in_file = logical_end
+            if isinstance(data, memoryview):
+                self._buffers.flushed([data])
+                data = b""
         self._p_start.append(start)
         self._p_end.append(logical_end)
         self._p_data.append(data)
         self.wrote = logical_end
 
     def append(self, messages: Sequence[Message]) -> list[PutResult]:
-        """Append messages in order under one lock, one buffer per segment
-        touched. Each gets PUT_OK (appended, not yet durable), MESSAGE_ILLEGAL
-        (not written), or SERVICE_NOT_AVAILABLE once the log has failed."""
+        """Append messages in order under one lock. Each gets PUT_OK
+        (appended, not yet durable), MESSAGE_ILLEGAL (not written), or
+        SERVICE_NOT_AVAILABLE once the log has failed.
+
+        Records are encoded into the reused write buffers (store/
+        writebuffers.py) and queued as one chunk per buffer and segment
+        touched; under PROCESS each chunk is written through at once and the
+        buffer is reused right away."""
         limit = self.config.max_message_size_bytes
         results: list[PutResult] = []
         with self._lock:
             if self.failed:
                 return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed)
                         for _ in messages]
+            bufs = self._buffers
             pushed = 0  # results[:pushed] are in pushed chunks: appended
             try:
                 seg = self._segment_at_wrote()
-                buf: list[bytes] = []
-                buf_start = self.wrote
                 pos = self.wrote
+                piece_pos, piece_from = pos, bufs.used  # the chunk being built
+
+                def close_piece() -> None:
+                    nonlocal piece_pos, piece_from, pushed
+                    if bufs.used > piece_from:
+                        self._push(seg, piece_pos, bufs.chunk(piece_from), pos)
+                        pushed = len(results)
+                    piece_pos, piece_from = pos, bufs.used
+
                 now = self.clock.wall_ms()
                 if now < self._last_ts:
                     now = self._last_ts  # store timestamps never go backwards
                 host = self.config.store_host
                 host_field = self._host_field
                 qo = self._queue_offsets
-                native = native_codec.encode_run
+                native = native_codec.encode_run_into
                 i = 0
                 n_msgs = len(messages)
                 while i < n_msgs:
                     if native is not None and host_field is not None:
                         # The common case in one native call; it stops where
-                        # this loop must decide (a roll, an unusual message).
-                        data, count = native(messages, i, pos, seg.end, qo, now, host_field,
-                                             limit, results, _MAKE_PUT_RESULT, PutStatus.PUT_OK)
+                        # this loop must decide (a roll, an unusual message, a
+                        # full buffer).
+                        nbytes, count, full = native(
+                            bufs.current, bufs.used, messages, i, pos, seg.end, qo, now,
+                            host_field, limit, results, PutResult, PutStatus.PUT_OK)
                         if count:
-                            buf.append(data)
-                            pos += len(data)
+                            bufs.used += nbytes
+                            pos += nbytes
                             i += count
                             if i == n_msgs:
                                 break
+                        if full and bufs.used:
+                            close_piece()
+                            bufs.next_buffer()
+                            piece_from = 0
+                            continue
                     msg = messages[i]
                     i += 1
                     if len(msg.body) > limit:
@@ -252,24 +274,33 @@ class CommitLog:
                         continue
                     if pos + len(data) + BLANK_SIZE > seg.end:
                         # Does not fit: close the segment with a blank, roll.
-                        blank = encode_blank(seg.end - pos)
-                        if buf:
-                            self._push(seg, buf_start, b"".join(buf), pos)
-                            pushed = len(results)
-                            self._last_ts = now
-                        self._push(seg, pos, blank, seg.end)
+                        close_piece()
+                        self._last_ts = now
+                        self._push(seg, pos, encode_blank(seg.end - pos), seg.end)
                         pos = seg.end
                         seg = self._segment_at_wrote()
-                        buf = []
-                        buf_start = pos
+                        piece_pos = pos
                         data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
                                       store_host=host)
                     qo[key] = q + 1
-                    buf.append(data)
+                    if len(data) > bufs.room:
+                        close_piece()
+                        if len(data) > bufs.buffer_bytes:
+                            # Bigger than a buffer: queued as its own chunk.
+                            results.append(PutResult(PutStatus.PUT_OK, pos, len(data),
+                                                     msg.msg_id, now))
+                            self._push(seg, pos, data, pos + len(data))
+                            pos += len(data)
+                            pushed = len(results)
+                            piece_pos = pos
+                            continue
+                        bufs.next_buffer()
+                        piece_from = 0
+                    bufs.current[bufs.used : bufs.used + len(data)] = data
+                    bufs.used += len(data)
                     results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
                     pos += len(data)
-                if buf:
-                    self._push(seg, buf_start, b"".join(buf), pos)
+                close_piece()
                 self._last_ts = now
             except OSError as exc:
                 if self.failed is None:
@@ -277,6 +308,7 @@ class CommitLog:
                 # Messages in chunks pushed before the error are appended like
                 # any other (under PROCESS already in the file): they keep
                 # PUT_OK. The rest were not written.
+                bufs.used = piece_from  # drop the unqueued part of the buffer
                 return results[:pushed] + [
                     PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed or "")
                     for _ in messages[pushed:]]
@@ -389,6 +421,8 @@ class CommitLog:
                 raise StoreFailedError(self.failed or "") from exc
             with self._lock:
                 self._head = n
+                if self._power:
+                    self._buffers.flushed(datas)
                 self.in_file = max(self.in_file, target)
                 self.flushed = target
                 # Drop flushed chunks once they are most of the list (amortised
@@ -421,7 +455,7 @@ class CommitLog:
                 return b""
             end = min(offset + n, self.wrote, seg.end)
             in_file = self.in_file
-            parts: list[bytes] = []
+            parts: list[bytes | memoryview] = []  # joined (copied) under the lock
             if offset < in_file:
                 parts.append(seg.pread(offset - seg.start, min(end, in_file) - offset))
             if end > in_file:
@@ -505,6 +539,7 @@ class CommitLog:
                 self._p_end[keep - 1] = offset
             del self._p_start[keep:], self._p_end[keep:], self._p_data[keep:]
             self.flush_unlocked_for_truncate()
+            self._buffers.reset()  # every queued chunk is in the file or dropped
             cut_on_disk(self.directory, self.segments, offset, self.seg_size,
                         after_header=lambda: self.failpoints.hit("recovery_truncate"))
             seg_start = offset - offset % self.seg_size

@@ -9,6 +9,13 @@ KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
+# The GIL switch interval a node process runs with (cluster/commands.py).
+# The store's flush threads give the GIL up for every write and fsync; with
+# the default 5 ms each return waits out the event loop's slice, and an
+# ASYNC_FLUSH flusher fell so far behind a busy loop that a few flushes a
+# second carried hundreds of MB each. Benchmarks of the store use it too.
+NODE_SWITCH_INTERVAL_S = 0.0005
+
 
 class FlushMode(enum.StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
@@ -56,6 +63,11 @@ class StoreConfig:
     # flushConsumerOffsetInterval) and at a clean close, never on a crash.
     consumer_offset_persist_interval_ms: int = 5_000
     store_host: tuple[str, int] = ("127.0.0.1", 0)
+    # Appended bytes not yet in the files are encoded into reused buffers of
+    # this size (store/writebuffers.py); up to write_buffers_kept idle ones
+    # are kept. A record bigger than a buffer is queued on its own.
+    write_buffer_bytes: int = 4 * MIB
+    write_buffers_kept: int = 16
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:
@@ -85,6 +97,8 @@ class StoreConfig:
              "consume_queue_flush_interval_ms must be at least 1")
         need(self.consumer_offset_persist_interval_ms >= 1,
              "consumer_offset_persist_interval_ms must be at least 1")
+        need(self.write_buffer_bytes >= 4 * KIB, "write_buffer_bytes must be at least 4096")
+        need(self.write_buffers_kept >= 0, "write_buffers_kept must be 0 or more")
         need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
         return self
@@ -94,5 +108,8 @@ class StoreConfig:
 
 
 PRODUCTION = StoreConfig()
-# Small segments so tests roll, recover and damage several of them quickly.
-TESTING = StoreConfig(segment_size_bytes=64 * KIB, max_message_size_bytes=16 * KIB)
+# Small segments so tests roll, recover and damage several of them quickly;
+# small write buffers so appends switch buffers, and queue records bigger
+# than a buffer on their own, all the time.
+TESTING = StoreConfig(segment_size_bytes=64 * KIB, max_message_size_bytes=16 * KIB,
+                      write_buffer_bytes=8 * KIB, write_buffers_kept=2)

@@ -1,14 +1,15 @@
 """The optional native record codec (the `native/` crate, Rust via PyO3).
 
-It implements only the hot loops: `encode_run` encodes a run of ordinary
-messages into one buffer, `scan` walks valid records in stored bytes,
-`reput_groups` gathers the ConsumeQueue units of a range per queue. Each
+It implements only the hot loops: `encode_run_into` encodes a run of
+ordinary messages into the caller's buffer, `scan` walks valid records in
+stored bytes, `reput_groups` gathers the ConsumeQueue units of a range per
+queue. Each
 handles only the common all-IPv4 case exactly as `store.record` would and
 stops at anything else, returning how far it got, so the Python code stays
 the reference that decides and explains (tests cross-check the two).
 
 `scripts/venv.sh` builds it where a Rust toolchain exists. Without it, or
-with DLAB_PURE_PYTHON=1 in the environment, `encode_run` and `scan` are None
+with DLAB_PURE_PYTHON=1 in the environment, the three are None
 and the pure-Python paths do the same work more slowly.
 """
 
@@ -18,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-encode_run: Callable[..., tuple[bytes, int]] | None = None
+encode_run_into: Callable[..., tuple[int, int, bool]] | None = None
 scan: Callable[[Any, int, int, int], tuple[int, int, int | None]] | None = None
 reput_groups: Callable[[Any, int], tuple[int, int | None, list[Any]]] | None = None
 
@@ -28,11 +29,11 @@ if not os.environ.get("DLAB_PURE_PYTHON"):
     except ImportError:
         pass
     else:
-        encode_run = dlab_native.encode_run
+        encode_run_into = dlab_native.encode_run_into
         scan = dlab_native.scan
         reput_groups = dlab_native.reput_groups
 
 
 def codec() -> str:
     """Which codec this process uses: "native" or "python" (benchmarks record it)."""
-    return "native" if encode_run is not None else "python"
+    return "native" if encode_run_into is not None else "python"

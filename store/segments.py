@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NAME_DIGITS = 20
@@ -163,7 +164,7 @@ class Segment:
             view = view[n:]
             pos += n
 
-    def pwritev(self, pos: int, chunks: list[bytes]) -> None:
+    def pwritev(self, pos: int, chunks: Sequence[bytes | memoryview]) -> None:
         """Write contiguous chunks at `pos` with as few syscalls as the
         kernel allows and without joining them first (a join would copy, and
         fault in, every byte once more)."""

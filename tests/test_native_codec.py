@@ -29,7 +29,7 @@ from store.status import PutResult
 from store.store import MessageStore
 
 pytestmark = pytest.mark.skipif(
-    native.encode_run is None,
+    native.encode_run_into is None,
     reason="native codec not built (no Rust toolchain, or DLAB_PURE_PYTHON set): "
     "nothing to cross-check",
 )
@@ -54,7 +54,7 @@ def _append_both(batches: list[list[Message]], monkeypatch: pytest.MonkeyPatch
     for use_native in (True, False):
         with monkeypatch.context() as m:
             if not use_native:
-                m.setattr(native, "encode_run", None)
+                m.setattr(native, "encode_run_into", None)
             d = tempfile.mkdtemp(prefix="native-xcheck-")
             try:
                 store = MessageStore.open(d, CONFIG, clock=ManualClock())
@@ -105,7 +105,7 @@ def test_append_is_identical_with_and_without_the_native_encoder(
         # The Python path raises for a field the layout cannot hold
         # (queue id beyond int32); the native path must not hide that.
         with pytest.raises(struct.error), monkeypatch.context() as m:
-            m.setattr(native, "encode_run", None)
+            m.setattr(native, "encode_run_into", None)
             d = tempfile.mkdtemp()
             try:
                 s = MessageStore.open(d, CONFIG, clock=ManualClock())

@@ -22,7 +22,7 @@ use std::net::Ipv4Addr;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
 const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
 const V4_FIXED: usize = 88;
@@ -119,7 +119,6 @@ fn scan(py: Python<'_>, buf: PyBuffer<u8>, pos: usize, limit: usize, base: i64)
 struct Parts<'py> {
     topic: Bound<'py, PyString>,
     body: Bound<'py, PyBytes>,
-    props: Vec<u8>,
     msg_id: Option<Bound<'py, PyAny>>,
     queue_id: i32,
     queue_id_obj: Bound<'py, PyAny>,
@@ -142,7 +141,46 @@ fn push_property(out: &mut Vec<u8>, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>) 
     Some(())
 }
 
-fn parts<'py>(msg: &Bound<'py, PyTuple>, max_body: usize) -> Option<Parts<'py>> {
+/// A new instance of the tuple subclass `ty` holding `items`, as
+/// tuple.__new__(ty, items) builds it (tp_alloc, then the items).
+fn new_tuple_of<'py, const N: usize>(py: Python<'py>, ty: &Bound<'py, PyType>,
+                                     items: [Bound<'py, PyAny>; N]) -> PyResult<Bound<'py, PyAny>> {
+    if py.version_info() >= (3, 14) {
+        // Tuples grew a cached hash there, which zeroed memory would claim:
+        // let tuple.__new__ build it.
+        let fields = PyTuple::new(py, items)?;
+        return py.get_type::<PyTuple>().getattr(pyo3::intern!(py, "__new__"))?
+            .call1((ty, fields));
+    }
+    // SAFETY: `ty` is a tuple subclass (checked by the caller); tp_alloc
+    // returns a tuple of N NULL slots, and PyTuple_SetItem steals each item's
+    // reference into a fresh object nobody else has seen.
+    unsafe {
+        let obj = pyo3::ffi::PyType_GenericAlloc(ty.as_type_ptr(), N as pyo3::ffi::Py_ssize_t);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let obj = Bound::from_owned_ptr(py, obj);
+        for (i, item) in items.into_iter().enumerate() {
+            if pyo3::ffi::PyTuple_SetItem(obj.as_ptr(), i as pyo3::ffi::Py_ssize_t,
+                                          item.into_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(obj)
+    }
+}
+
+/// The last born host seen and its parsed address: messages of one
+/// producer share one host tuple, so it is parsed once per run.
+#[derive(Default)]
+struct HostCache {
+    ptr: usize,
+    ip: [u8; 4],
+}
+
+fn parts<'py>(py: Python<'py>, msg: &Bound<'py, PyTuple>, max_body: usize,
+              hosts: &mut HostCache, props: &mut Vec<u8>) -> Option<Parts<'py>> {
     if msg.len() < 7 {
         return None;
     }
@@ -156,13 +194,13 @@ fn parts<'py>(msg: &Bound<'py, PyTuple>, max_body: usize) -> Option<Parts<'py>> 
         return None;
     }
     let props_obj = msg.get_item(2).ok()?;
-    let mut props = Vec::new();
+    props.clear();
     let mut msg_id = None;
     if let Ok(d) = props_obj.downcast::<PyDict>() {
         for (k, v) in d.iter() {
-            push_property(&mut props, &k, &v)?;
+            push_property(props, &k, &v)?;
         }
-        msg_id = d.get_item(UNIQ_KEY).ok()?;
+        msg_id = d.get_item(pyo3::intern!(py, UNIQ_KEY)).ok()?;
     } else if props_obj.len().ok()? != 0 {
         return None; // another Mapping with entries: the Python path encodes it
     }
@@ -178,29 +216,48 @@ fn parts<'py>(msg: &Bound<'py, PyTuple>, max_body: usize) -> Option<Parts<'py>> 
     if born.len() != 2 {
         return None;
     }
-    let host: String = born.get_item(0).ok()?.extract().ok()?;
-    let born_ip = host.parse::<Ipv4Addr>().ok()?.octets();
+    let host_obj = born.get_item(0).ok()?;
+    // The cache is keyed by the string object, and a run holds a reference
+    // to every message (so no object is freed and its address reused).
+    let born_ip = if hosts.ptr != 0 && hosts.ptr == host_obj.as_ptr() as usize {
+        hosts.ip
+    } else {
+        let host = host_obj.downcast::<PyString>().ok()?.to_str().ok()?;
+        let ip = host.parse::<Ipv4Addr>().ok()?.octets();
+        hosts.ptr = host_obj.as_ptr() as usize;
+        hosts.ip = ip;
+        ip
+    };
     let born_port: i32 = born.get_item(1).ok()?.extract().ok()?;
     Some(Parts {
-        topic, body, props, msg_id, queue_id, queue_id_obj, flag, born_ts, born_ip, born_port,
+        topic, body, msg_id, queue_id, queue_id_obj, flag, born_ts, born_ip, born_port,
     })
 }
 
-/// encode_run(messages, start, pos, limit, queue_offsets, store_ts, store_host,
-///            max_body, results, make_result, ok_status) -> (data, count)
+/// encode_run_into(buf, at, messages, start, pos, limit, queue_offsets, store_ts,
+///                 store_host, max_body, results, result_type, ok_status)
+///     -> (nbytes, count, full)
 ///
 /// Encode messages[start:] (store.record.Message tuples) as records at `pos`
-/// while each is an ordinary all-IPv4 message that fits before `limit` with room
-/// for a blank. For each: bump queue_offsets[(topic, queue_id)], append
-/// make_result((ok_status, offset, size, msg_id, store_ts, "")) to `results`
-/// (one tuple argument: `functools.partial(tuple.__new__, PutResult)` builds
-/// a NamedTuple without running its Python-level __new__).
-/// Returns the encoded bytes and how many messages they hold; the caller takes
+/// into the bytearray `buf` from index `at`, while each is an ordinary
+/// all-IPv4 message that fits before `limit` with room for a blank. For each:
+/// bump queue_offsets[(topic, queue_id)], append
+/// result_type(ok_status, offset, size, msg_id, store_ts, "") to `results`
+/// (`result_type` is a tuple subclass of six fields, store.status.PutResult;
+/// it is built as tuple.__new__ would, without its Python-level __new__).
+/// Returns the bytes written, how many messages they hold, and whether it
+/// stopped because the next record does not fit in `buf`; the caller takes
 /// over at messages[start + count].
+///
+/// Writing straight into the caller's reused buffer matters: a fresh buffer
+/// per batch faulted in every page of every batch (measured: page faults,
+/// not encoding, were most of the cost).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-fn encode_run<'py>(
+fn encode_run_into<'py>(
     py: Python<'py>,
+    buf: &Bound<'py, PyByteArray>,
+    at: usize,
     messages: &Bound<'py, PyAny>,
     start: usize,
     pos: i64,
@@ -210,29 +267,59 @@ fn encode_run<'py>(
     store_host: &[u8],
     max_body: usize,
     results: &Bound<'py, PyList>,
-    make_result: &Bound<'py, PyAny>,
+    result_type: &Bound<'py, PyType>,
     ok_status: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyBytes>, usize)> {
-    // One buffer per thread, kept between calls: a fresh one would fault in
-    // every page of every batch (measured: page faults, not encoding, were
-    // most of the cost).
-    OUT.with(|cell| {
-        let mut out = cell.borrow_mut();
-        out.clear();
-        let count = encode_into(py, &mut out, messages, start, pos, limit, queue_offsets,
-                                store_ts, store_host, max_body, results, make_result, ok_status)?;
-        Ok((PyBytes::new(py, &out), count))
-    })
+) -> PyResult<(usize, usize, bool)> {
+    // SAFETY: nothing this function calls can reach `buf` (the callers'
+    // buffer is private to the CommitLog, which holds its lock), so it is
+    // not resized or freed while the slice lives.
+    let out = unsafe { buf.as_bytes_mut() };
+    if at > out.len() {
+        return Ok((0, 0, false));
+    }
+    let mut enc = Encoder { out, at, start_at: at };
+    let (count, full) = encode_into(py, &mut enc, messages, start, pos, limit, queue_offsets,
+                                    store_ts, store_host, max_body, results, result_type,
+                                    ok_status)?;
+    Ok((enc.at - enc.start_at, count, full))
 }
 
-thread_local! {
-    static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+/// A bounded cursor over the output buffer.
+struct Encoder<'a> {
+    out: &'a mut [u8],
+    at: usize,
+    start_at: usize,
+}
+
+impl Encoder<'_> {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.out[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+}
+
+/// The (topic, queue) whose queue offset the run is counting, written back
+/// to the dict when the key changes and when the run ends: one dict lookup
+/// per run of one queue instead of two per message.
+struct QueueCursor<'py> {
+    topic: Bound<'py, PyString>,
+    queue_id: i32,
+    key: Bound<'py, PyTuple>,
+    next: i64,
+}
+
+fn put_back(queue_offsets: &Bound<'_, PyDict>, cur: &Option<QueueCursor<'_>>) -> PyResult<()> {
+    if let Some(c) = cur {
+        queue_offsets.set_item(&c.key, c.next)?;
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
 fn encode_into<'py>(
     py: Python<'py>,
-    out: &mut Vec<u8>,
+    enc: &mut Encoder<'_>,
     messages: &Bound<'py, PyAny>,
     start: usize,
     pos: i64,
@@ -242,71 +329,102 @@ fn encode_into<'py>(
     store_host: &[u8],
     max_body: usize,
     results: &Bound<'py, PyList>,
-    make_result: &Bound<'py, PyAny>,
+    result_type: &Bound<'py, PyType>,
     ok_status: &Bound<'py, PyAny>,
-) -> PyResult<usize> {
+) -> PyResult<(usize, bool)> {
+    // SAFETY: a pointer comparison of two live type objects.
+    if unsafe { pyo3::ffi::PyType_IsSubtype(result_type.as_type_ptr(),
+                                           std::ptr::addr_of_mut!(pyo3::ffi::PyTuple_Type)) } == 0 {
+        return Err(pyo3::exceptions::PyTypeError::new_err("result_type must subclass tuple"));
+    }
     let mut count = 0usize;
+    let mut full = false;
     let mut at = pos;
+    let mut cur: Option<QueueCursor<'py>> = None;
+    let mut hosts = HostCache::default();
+    let mut props: Vec<u8> = Vec::with_capacity(256);
+    let mut size_obj: Option<(usize, Bound<'py, PyAny>)> = None;
+    let empty = pyo3::intern!(py, "").clone().into_any();
+    let ts_obj = store_ts.into_pyobject(py)?.into_any();
     if store_host.len() == 8 {
         let n = messages.len()?;
         let mut i = start;
         while i < n {
             let item = messages.get_item(i)?;
             let Ok(msg) = item.downcast::<PyTuple>() else { break };
-            let Some(p) = parts(msg, max_body) else { break };
+            let Some(p) = parts(py, msg, max_body, &mut hosts, &mut props) else { break };
             let body = p.body.as_bytes();
             let topic_bytes = p.topic.to_str()?.as_bytes();
-            let size = V4_FIXED + body.len() + 1 + topic_bytes.len() + 2 + p.props.len();
+            let size = V4_FIXED + body.len() + 1 + topic_bytes.len() + 2 + props.len();
             if at + (size + BLANK_SIZE) as i64 > limit {
                 break;
             }
-            let key = PyTuple::new(py, [p.topic.as_any(), &p.queue_id_obj])?;
-            let q: i64 = match queue_offsets.get_item(&key)? {
-                Some(v) => match v.extract() { Ok(q) => q, Err(_) => break },
-                None => 0,
-            };
+            if enc.at + size > enc.out.len() {
+                full = true;
+                break;
+            }
+            let same = matches!(&cur, Some(c) if c.queue_id == p.queue_id
+                && (c.topic.is(&p.topic) || c.topic.to_str()? == p.topic.to_str()?));
+            if !same {
+                put_back(queue_offsets, &cur)?;
+                let key = PyTuple::new(py, [p.topic.as_any(), &p.queue_id_obj])?;
+                let q: i64 = match queue_offsets.get_item(&key)? {
+                    Some(v) => match v.extract() { Ok(q) => q, Err(_) => { cur = None; break } },
+                    None => 0,
+                };
+                cur = Some(QueueCursor { topic: p.topic.clone(), queue_id: p.queue_id, key,
+                                         next: q });
+            }
+            let c = cur.as_mut().expect("set above");
+            let q = c.next;
             let Some(next_q) = q.checked_add(1) else { break };
-            queue_offsets.set_item(&key, next_q)?;
-            out.reserve(size);
-            out.extend_from_slice(&(size as i32).to_be_bytes());
-            out.extend_from_slice(&MESSAGE_MAGIC.to_be_bytes());
-            out.extend_from_slice(&body_crc(body).to_be_bytes());
-            out.extend_from_slice(&p.queue_id.to_be_bytes());
-            out.extend_from_slice(&p.flag.to_be_bytes());
-            out.extend_from_slice(&q.to_be_bytes());
-            out.extend_from_slice(&at.to_be_bytes());
-            out.extend_from_slice(&0i32.to_be_bytes()); // SYSFLAG: both hosts IPv4
-            out.extend_from_slice(&p.born_ts.to_be_bytes());
-            out.extend_from_slice(&p.born_ip);
-            out.extend_from_slice(&p.born_port.to_be_bytes());
-            out.extend_from_slice(&store_ts.to_be_bytes());
-            out.extend_from_slice(store_host);
-            out.extend_from_slice(&0i32.to_be_bytes()); // RECONSUMETIMES
-            out.extend_from_slice(&0i64.to_be_bytes()); // PREPARED TRANSACTION OFFSET
-            out.extend_from_slice(&(body.len() as i32).to_be_bytes());
-            out.extend_from_slice(body);
-            out.push(topic_bytes.len() as u8);
-            out.extend_from_slice(topic_bytes);
-            out.extend_from_slice(&(p.props.len() as u16).to_be_bytes());
-            out.extend_from_slice(&p.props);
+            c.next = next_q;
+            enc.put(&(size as i32).to_be_bytes());
+            enc.put(&MESSAGE_MAGIC.to_be_bytes());
+            enc.put(&body_crc(body).to_be_bytes());
+            enc.put(&p.queue_id.to_be_bytes());
+            enc.put(&p.flag.to_be_bytes());
+            enc.put(&q.to_be_bytes());
+            enc.put(&at.to_be_bytes());
+            enc.put(&0i32.to_be_bytes()); // SYSFLAG: both hosts IPv4
+            enc.put(&p.born_ts.to_be_bytes());
+            enc.put(&p.born_ip);
+            enc.put(&p.born_port.to_be_bytes());
+            enc.put(&store_ts.to_be_bytes());
+            enc.put(store_host);
+            enc.put(&0i32.to_be_bytes()); // RECONSUMETIMES
+            enc.put(&0i64.to_be_bytes()); // PREPARED TRANSACTION OFFSET
+            enc.put(&(body.len() as i32).to_be_bytes());
+            enc.put(body);
+            enc.put(&[topic_bytes.len() as u8]);
+            enc.put(topic_bytes);
+            enc.put(&(props.len() as u16).to_be_bytes());
+            enc.put(&props);
             let msg_id = match &p.msg_id {
                 Some(m) => m.clone(),
                 None => py.None().into_bound(py),
             };
-            let fields = PyTuple::new(py, [ok_status.clone(), at.into_pyobject(py)?.into_any(),
-                                           size.into_pyobject(py)?.into_any(), msg_id,
-                                           store_ts.into_pyobject(py)?.into_any(),
-                                           pyo3::intern!(py, "").clone().into_any()])?;
-            let result = make_result.call1((fields,))?;
+            // Records of one batch mostly share a size: one int object.
+            let size_py = match &size_obj {
+                Some((n, o)) if *n == size => o.clone(),
+                _ => {
+                    let o = size.into_pyobject(py)?.into_any();
+                    size_obj = Some((size, o.clone()));
+                    o
+                }
+            };
+            let result = new_tuple_of(py, result_type, [ok_status.clone(),
+                                      at.into_pyobject(py)?.into_any(), size_py, msg_id,
+                                      ts_obj.clone(), empty.clone()])?;
             results.append(result)?;
             at += size as i64;
             count += 1;
             i += 1;
         }
     }
-    Ok(count)
+    put_back(queue_offsets, &cur)?;
+    Ok((count, full))
 }
-
 
 /// One (topic, queue) run of units found by `reput_groups`.
 struct Group {
@@ -456,7 +574,7 @@ fn reput_groups<'py>(py: Python<'py>, buf: PyBuffer<u8>, base: i64)
 #[pymodule]
 fn dlab_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan, m)?)?;
-    m.add_function(wrap_pyfunction!(encode_run, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_run_into, m)?)?;
     m.add_function(wrap_pyfunction!(reput_groups, m)?)?;
     Ok(())
 }
