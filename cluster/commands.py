@@ -159,11 +159,9 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
                       consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms).validate()
 
 
-NODE_SWITCH_INTERVAL_S = 0.0005
-
-
 def cmd_node(args: argparse.Namespace) -> int:
     from cluster.node import NodeStartError, serve
+    from store.config import NODE_SWITCH_INTERVAL_S
     from store.failpoints import Failpoints, FailpointSpecError
 
     try:
