@@ -8,8 +8,9 @@ catch-up: a master node holds a backlog (default 512 MiB of 4 KiB-body
   `flushed` position covers the backlog (received, verified record by
   record, appended, fsynced). `ratio` is that over the slower of two
   baselines measured on the same bytes: raw grpcio streaming between two
-  processes (bench_peer's Sink, no protobuf, no store) and raw sequential
-  write + fsync. Goal: ratio >= 0.8.
+  processes (bench_peer's Source, server to client as the HA stream, no
+  protobuf, no store) and raw sequential write + fsync, both in 1 MiB
+  messages/writes whatever the HA batch (--chunk-bytes). Goal: ratio >= 0.8.
 
 sync-master: a SYNC_MASTER + SYNC_FLUSH master with one SYNC_FLUSH slave,
   1 KiB bodies. Acked (PUT_OK) puts/s with 64 concurrent clients over puts/s
@@ -58,11 +59,15 @@ from cluster.local import LocalBackend, node_env
 from cluster.procs import free_ports, proc_state, send_signal, spawn, wait_state
 from cluster.sendload import percentile
 from ha import bench_peer
+from ha.config import HAConfig
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
 from store.record import Message
 from store.store import MessageStore
 
 SEGMENT_BYTES = 128 * MIB
+# The baselines' message (and write) size: 1 MiB, whatever the HA batch, so
+# a larger batch is compared with raw streaming at its own best.
+BASELINE_CHUNK_BYTES = 1 * MIB
 
 
 def _emit(title: str, rows: list[tuple[str, str]], figures: dict[str, Any]) -> None:
@@ -185,8 +190,9 @@ def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str) -> f
         os.unlink(out)
 
 
-def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str,
-                   flush: str = "SYNC_FLUSH") -> dict[str, Any]:
+def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int,
+                   window_bytes: int, flush: str = "SYNC_FLUSH",
+                   chunk_bytes: int = BASELINE_CHUNK_BYTES) -> dict[str, Any]:
     from cluster.auth import generate_token
 
     cluster_dir = os.path.join(work, "cluster")
@@ -196,13 +202,13 @@ def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str,
     # Each baseline at its best of two runs (a baseline measured on a bad
     # moment of this shared machine would flatter the ratio).
     with _peer(work) as addr:
-        grpc_s = min(_baseline_grpc_download(addr, commitlog, total, batch_bytes)
+        grpc_s = min(_baseline_grpc_download(addr, commitlog, total, chunk_bytes)
                      for _ in range(2))
-        upload_s = min(_baseline_grpc_upload(addr, commitlog, total, batch_bytes)
+        upload_s = min(_baseline_grpc_upload(addr, commitlog, total, chunk_bytes)
                        for _ in range(2))
-    disk_s = min(_baseline_write_fsync(commitlog, total, batch_bytes,
+    disk_s = min(_baseline_write_fsync(commitlog, total, chunk_bytes,
                                        os.path.join(work, "raw")) for _ in range(2))
-    extra = ("--ha-batch-bytes", str(batch_bytes))
+    extra = ("--ha-batch-bytes", str(batch_bytes), "--ha-window-bytes", str(window_bytes))
     common: dict[str, Any] = dict(flush=flush, segment_size_bytes=SEGMENT_BYTES,
                                   crash_model="power", extra_args=extra)
     token = generate_token()
@@ -262,7 +268,8 @@ def bench_catch_up(size_mib: int, body_size: int, batch_bytes: int, work: str,
     slower = min(grpc_bps, disk_bps)
     return {
         "bench": "catch-up", "backlog_bytes": total, "body_size": body_size, "flush": flush,
-        "batch_bytes": batch_bytes, "timed_bytes": caught,
+        "batch_bytes": batch_bytes, "window_bytes": window_bytes,
+        "baseline_chunk_bytes": chunk_bytes, "timed_bytes": caught,
         "catch_up_mib_s": round(catch_bps / MIB, 1),
         "grpc_stream_mib_s": round(grpc_bps / MIB, 1),
         "grpc_upload_mib_s": round(total / upload_s / MIB, 1),
@@ -482,13 +489,22 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="backlog size in MiB (default 512; e.g. 64 for a quick run)")
     p.add_argument("--body-size", type=parse_size, default=4096,
                    help="message body bytes (default 4096)")
-    p.add_argument("--batch-bytes", type=parse_size, default=1 << 20,
-                   help="HA batch size, also the baselines' chunk size (default 1MiB)")
+    p.add_argument("--batch-bytes", type=parse_size, default=HAConfig().batch_bytes,
+                   help="the nodes' HA batch (--ha-batch-bytes; default: the nodes' default, "
+                   f"{HAConfig().batch_bytes >> 20}MiB)")
+    p.add_argument("--window-bytes", type=parse_size, default=HAConfig().window_bytes,
+                   help="the nodes' HA window (--ha-window-bytes; default: the nodes' "
+                   f"default, {HAConfig().window_bytes >> 20}MiB)")
+    p.add_argument("--chunk-bytes", type=parse_size, default=BASELINE_CHUNK_BYTES,
+                   help="the baselines' message/write size (default 1MiB: raw grpcio "
+                   "streams no faster with larger messages here)")
     p.add_argument("--flush", default="SYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
                    help="the nodes' flush mode (default SYNC_FLUSH: the slave flushes as "
                         "it receives)")
     p.set_defaults(handler=lambda a: _run(
-        lambda w: bench_catch_up(a.size_mib, a.body_size, a.batch_bytes, w, a.flush),
+        lambda w: bench_catch_up(a.size_mib, a.body_size, w, batch_bytes=a.batch_bytes,
+                                 window_bytes=a.window_bytes, flush=a.flush,
+                                 chunk_bytes=a.chunk_bytes),
         "slave catch-up", a))
 
     p = bench_sub.add_parser(
