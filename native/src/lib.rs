@@ -145,7 +145,10 @@ fn push_property(out: &mut Vec<u8>, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>) 
 /// tuple.__new__(ty, items) builds it (tp_alloc, then the items).
 fn new_tuple_of<'py, const N: usize>(py: Python<'py>, ty: &Bound<'py, PyType>,
                                      items: [Bound<'py, PyAny>; N]) -> PyResult<Bound<'py, PyAny>> {
-    if py.version_info() >= (3, 14) {
+    // version_info() formats and parses Py_GetVersion() on every call:
+    // asked once.
+    static CACHED_TUPLE_HASH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *CACHED_TUPLE_HASH.get_or_init(|| py.version_info() >= (3, 14)) {
         // Tuples grew a cached hash there, which zeroed memory would claim:
         // let tuple.__new__ build it.
         let fields = PyTuple::new(py, items)?;
