@@ -9,12 +9,15 @@ path's time was those page faults, in the kernel). Here records are encoded
 straight into a few large bytearrays that are handed back once every chunk
 in them has been flushed, and reused.
 
-Ownership: the CommitLog (under its append lock) writes only into `current`
-from `used` on; a chunk it queues is a memoryview of bytes already written,
-never written again until the buffer is released. `retire` counts the
-chunks queued in a buffer; `flushed` discounts them; a buffer with no
-unflushed chunk that is not `current` goes back to the free list (at most
-`keep` of them are kept; the rest are left to the garbage collector).
+Ownership: the CommitLog (under its append lock; the flush's bookkeeping
+takes the same lock) writes only into `current` from `used` on; a chunk it
+queues is a memoryview of bytes already written, never written again until
+every chunk in that buffer has been flushed. `chunk` counts the chunks
+queued in a buffer, `flushed` discounts them; a buffer left with none goes
+back to the free list (at most `keep` are kept; the rest are left to the
+garbage collector), or, if it is `current`, is written from its start again.
+Readers copy pending bytes under the lock (CommitLog.read), so a reused
+buffer never changes what a reader got.
 """
 
 from __future__ import annotations
