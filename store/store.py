@@ -36,7 +36,7 @@ from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.failpoints import DISARMED, Failpoints
 from store.lock import StoreLock, StoreLockedError
-from store.record import BLANK_MAGIC, BLANK_SIZE, CorruptRecordError, Message, peek
+from store.record import CorruptRecordError, Message
 from store.recovery import RecoveryPlan, plan_recovery
 from store.reput import units as reput_units
 from store.segments import fsync_dir, list_segments
@@ -425,22 +425,23 @@ class MessageStore:
         with self._reput_lock:
             end = self.log.wrote
             pos = self._reput_at
+            native = native_codec.reput_groups
             while pos < end:
+                if native is not None:
+                    # The units of the whole ordinary records at the start of
+                    # the next MiB, gathered natively per queue (it stops at
+                    # a record cut by the read, a blank, or anything the
+                    # Python walk below must decide, which then takes over
+                    # from there).
+                    stop, last_ts, groups = native(self.log.read(pos, 1 << 20), pos)
+                    if stop:
+                        self.queues.dispatch_groups(groups, last_ts, strict=strict)
+                        pos += stop
+                        self._reput_at = pos
+                        continue
                 data, nxt = self.log.read_range(pos, 1 << 20)
                 if nxt <= pos:
                     break
-                native = native_codec.reput_groups
-                if native is not None:
-                    # The chunk's units gathered natively, per queue; used
-                    # only when it took the whole chunk (up to a closing
-                    # blank), else the Python walk below decides everything.
-                    stop, last_ts, groups = native(data, pos)
-                    if stop == len(data) or (stop + BLANK_SIZE == len(data)
-                                             and peek(data, stop)[1] == BLANK_MAGIC):
-                        self.queues.dispatch_groups(groups, last_ts, strict=strict)
-                        pos = nxt
-                        self._reput_at = pos
-                        continue
                 self.queues.dispatch(reput_units(data, pos), strict=strict)
                 pos = nxt
                 self._reput_at = pos

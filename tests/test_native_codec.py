@@ -212,27 +212,39 @@ def test_slave_append_raw_rejects_the_same_ranges(monkeypatch: pytest.MonkeyPatc
     assert verdicts[0] == verdicts[1]
 
 
-def test_reput_builds_the_same_queues_natively(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Topics, queues, tags (none, ASCII, non-ASCII, empty), segment rolls:
-    the native per-queue gathering gives the units the Python walk gives."""
-    msgs = [Message(f"t{i % 3}", bytes(i % 200), {"UNIQ_KEY": f"k{i}",
-                                                  **({"TAGS": ["a", "標籤", ""][i % 3]}
-                                                     if i % 4 else {})},
-                    queue_id=i % 5) for i in range(600)]
+BIG = StoreConfig(segment_size_bytes=4 * 1024 * 1024, max_message_size_bytes=512 * 1024,
+                  flush_mode=FlushMode.ASYNC_FLUSH, crash_model=CrashModel.POWER)
+
+
+@pytest.mark.parametrize(("config", "body_bytes"), [(CONFIG, 200), (BIG, 300 * 1024)],
+                         ids=["small-records", "records-cut-by-1MiB-reads"])
+def test_reput_builds_the_same_queues_natively(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               config: StoreConfig, body_bytes: int) -> None:
+    """Topics, queues, tags (none, ASCII, non-ASCII, empty), segment rolls,
+    IPv6-born records among them (the native gathering stops there and the
+    Python walk takes over), records cut by the reput's 1 MiB reads: the
+    native per-queue gathering gives the units the Python walk gives."""
+    n = 600 if body_bytes < 1024 else 40
+    msgs = [Message(f"t{i % 3}", bytes(body_bytes - i % 200), {"UNIQ_KEY": f"k{i}",
+                                                         **({"TAGS": ["a", "標籤", ""][i % 3]}
+                                                            if i % 4 else {})},
+                    queue_id=i % 5,
+                    born_host=("::1", 9) if i % 37 == 5 else ("127.0.0.1", 9))
+            for i in range(n)]
     built = []
     for use_native in (True, False):
         with monkeypatch.context() as m:
             if not use_native:
                 m.setattr(native, "reput_groups", None)
             d = tmp_path / ("n" if use_native else "p")
-            s = MessageStore.open(str(d), CONFIG, clock=ManualClock())
-            for i in range(0, 600, 50):
-                s.log.append(msgs[i:i + 50])
+            s = MessageStore.open(str(d), config, clock=ManualClock())
+            for i in range(0, n, 10):
+                s.log.append(msgs[i:i + 10])
             s.reput()
             built.append({k: (list(q.offsets), list(q.sizes), list(q.tags))
                           for k, q in s.queues.queues.items()})
             built.append(s.queues.last_ts)
             s.close_sync()
     assert built[0] == built[2] and built[1] == built[3]
+    assert sum(len(offsets) for offsets, _, _ in built[0].values()) == n
     assert len(built[0]) == 15 and any(t for _, _, tags in built[0].values() for t in tags)
