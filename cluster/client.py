@@ -193,6 +193,13 @@ class _SendStream:
 
     async def _write(self) -> None:
         try:
+            # Nothing is written before the node has accepted the call (it
+            # sends its initial metadata first): a write racing a refusal
+            # fails client-side as INTERNAL and hides the node's status
+            # (UNAUTHENTICATED for a wrong token), which the reader reports.
+            await self.call.initial_metadata()
+            if self.call.done():
+                return
             while True:
                 while self._queue:
                     await self.call.write(self._queue.popleft())

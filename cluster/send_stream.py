@@ -76,6 +76,10 @@ class SendSession:
     async def serve(self, context: grpc.aio.ServicerContext) -> End | None:
         """Run the call until it may end; returns the status to end it with
         (None: end it OK)."""
+        # Accept the call at once: the client writes nothing before it sees
+        # these (empty) initial metadata, since a write racing a refusal
+        # fails client-side as INTERNAL and hides the node's status.
+        await context.send_initial_metadata(())
         self._reader = asyncio.get_running_loop().create_task(self._read(context))
         try:
             while True:
