@@ -93,6 +93,9 @@ class Failpoints:
         else:
             time.sleep(fp.delay_ms / 1000)
 
+    def armed(self, name: str) -> bool:
+        return name in self._armed
+
     def hits(self) -> dict[str, int]:
         return {name: fp.hits for name, fp in self._armed.items()}
 

@@ -22,6 +22,8 @@ buffer never changes what a reader got.
 
 from __future__ import annotations
 
+PREALLOCATED = 4  # buffers allocated at open (at most `keep`)
+
 
 class WriteBuffers:
     def __init__(self, buffer_bytes: int, keep: int = 8) -> None:
@@ -30,14 +32,16 @@ class WriteBuffers:
         self.keep = keep
         self.current = bytearray(buffer_bytes)
         self.used = 0
-        # The pool is allocated (and its pages touched: bytearray zero-fills)
-        # up front, as RocketMQ's TransientStorePool.init() does, so the
-        # first appends do not pay for faulting in fresh memory.
-        self._free: list[bytearray] = [bytearray(buffer_bytes) for _ in range(keep)]
+        # Part of the pool is allocated (and its pages touched: bytearray
+        # zero-fills) up front, as RocketMQ's TransientStorePool.init() does,
+        # so the first appends do not pay for faulting in fresh memory; not
+        # all of it: 64 MiB took about 50 ms at every node start here.
+        self._free: list[bytearray] = [bytearray(buffer_bytes)
+                                       for _ in range(min(keep, PREALLOCATED))]
         # id(buffer) -> chunks queued in it and not yet flushed; the buffer
         # itself is kept alive by the chunks (memoryviews) that name it.
         self._pending: dict[int, int] = {}
-        self.allocated = 1 + keep  # buffers ever allocated (tests and benchmarks read it)
+        self.allocated = 1 + len(self._free)  # buffers ever allocated (tests read it)
 
     @property
     def room(self) -> int:
