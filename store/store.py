@@ -113,9 +113,9 @@ class _GroupCommit:
     more loop iteration), the loop flushes inline: every waiting put is
     waiting for this fsync anyway, and on these VMs each cross-thread wake-up
     (kicking the thread, the thread waking the loop) cost about 0.1 ms —
-    inline, one producer got 2,900-3,400 puts/s instead of 2,100-2,300, and
-    64 producers 64,000-67,000 instead of 56,000. If the loop is still busy,
-    or the thread is flushing, the thread takes it and the fsync overlaps
+    inline, one producer got 2,500-3,400 puts/s instead of 2,100-2,300, and
+    64 producers 58,000-70,000 instead of about 56,000. If the loop is still
+    busy, or the thread is flushing, the thread takes it and the fsync overlaps
     the loop's work; it hands results back with one call_soon_threadsafe per
     flush. A store with the before_flush_sync failpoint armed (a delay there
     is a slow disk) always uses the thread, so a slow fsync never blocks
