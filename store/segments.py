@@ -127,6 +127,7 @@ class Segment:
         self.end = start + size
         self.path = os.path.join(directory, segment_name(start))
         self.fd = fd
+        self.zeroed_to = 0  # the flush has written zeros or data below this
 
     @classmethod
     def open(cls, directory: str, start: int, size: int) -> Segment:

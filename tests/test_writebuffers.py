@@ -1,8 +1,10 @@
-"""The reused write buffers (store/writebuffers.py) under the CommitLog.
+"""What the flush keeps in memory and writes ahead: the reused write buffers
+(store/writebuffers.py) and the zeros written past the flushed end.
 
 What must hold: a buffer holding any unflushed chunk is never written again
-(so pending bytes read back, and later flushed, are the bytes appended), and
-flushed buffers are reused (so memory stays bounded over many flushes)."""
+(so pending bytes read back, and later flushed, are the bytes appended),
+flushed buffers are reused (so memory stays bounded over many flushes), and
+zeros written ahead never land on a record."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
+from store import commitlog
 from store.config import TESTING, CrashModel, FlushMode
 from store.record import Message, decode
 from store.status import PutStatus
@@ -91,5 +96,41 @@ async def _pending_bytes(tmp_path: Path) -> None:
         for offset, body in sent:
             data = reopened.log.read(offset, 64 * 1024)
             assert decode(data, 0, offset=offset).body == body
+    finally:
+        reopened.close_sync()
+
+
+def test_zero_ahead_never_touches_a_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    """SYNC_FLUSH under POWER keeps zeros written past the flushed end
+    (CommitLog._zero_ahead). With a small step, every few flushes write zeros
+    mid-segment; every record put must read back intact after a reopen, and
+    the store must recover to exactly its end."""
+    monkeypatch.setattr(commitlog, "ZERO_AHEAD_BYTES", 8 * 1024)
+    cfg = TESTING.with_(segment_size_bytes=1024 * 1024, max_message_size_bytes=64 * 1024,
+                        flush_mode=FlushMode.SYNC_FLUSH, crash_model=CrashModel.POWER)
+
+    async def scenario() -> tuple[list[tuple[int, bytes]], int]:
+        store = MessageStore.open(str(tmp_path / "z"), cfg)
+        await store.start()
+        sent: list[tuple[int, bytes]] = []
+        try:
+            for round_ in range(40):
+                batch = [Message("z", os.urandom(100 + 997 * ((round_ + i) % 13)),
+                                 {"UNIQ_KEY": f"z{round_}-{i}"}) for i in range(1 + round_ % 7)]
+                results = await asyncio.gather(*(store.put(m) for m in batch))
+                assert all(r.status is PutStatus.PUT_OK for r in results)
+                sent += [(r.offset, m.body) for r, m in zip(results, batch, strict=True)]
+            return sent, store.log.wrote
+        finally:
+            await store.close()
+
+    sent, end = asyncio.run(scenario())
+    assert end > 4 * 8 * 1024  # the zeros were written ahead many times
+    reopened = MessageStore.open(str(tmp_path / "z"), cfg)
+    try:
+        assert reopened.log.wrote == end
+        for offset, body in sent:
+            assert reopened.log.read_record(offset).body == body
     finally:
         reopened.close_sync()
