@@ -76,7 +76,7 @@ def _raw_write_fsync(path: str, data: bytes, chunk: int) -> float:
 
 # ----------------------------------------------------------------- append
 def bench_store(total_mib: int, body_size: int, batch: int, workdir: str,
-                rounds: int = 3) -> dict[str, Any]:
+                rounds: int = 5) -> dict[str, Any]:
     """A warm-up round, then `rounds` rounds of (store run, raw run of the
     same bytes); the figure is the median store bytes/s over the median raw
     bytes/s. One round alone measured mostly where the machine found memory:
@@ -311,9 +311,9 @@ def register(sub: Any, bench_sub: Any) -> None:
     p.add_argument("--mib", type=int, default=512, help="bytes to append, MiB (default 512)")
     p.add_argument("--body-size", type=int, default=1024, help="body bytes (default 1024)")
     p.add_argument("--batch", type=int, default=256, help="messages per batch (default 256)")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=5,
                    help="store and raw runs, alternating, after one warm-up round; the "
-                   "figure compares medians (default 3)")
+                   "figure compares medians (default 5)")
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_store(a.mib, a.body_size, a.batch, w, a.rounds), "store append", a))
 
