@@ -67,6 +67,8 @@ from store.writebuffers import WriteBuffers
 # SYNC_FLUSH under POWER: how far past the flushed end the flush keeps
 # zeros written (see CommitLog._zero_ahead).
 ZERO_AHEAD_BYTES = 1024 * 1024
+# Written from, not allocated (and faulted in) at every step.
+_ZEROS = memoryview(bytes(ZERO_AHEAD_BYTES))
 
 
 def _host_field(host: tuple[str, int]) -> bytes | None:
@@ -235,6 +237,12 @@ class CommitLog:
                         pushed = len(results)
                     piece_pos, piece_from = pos, bufs.used
 
+                def new_buffer() -> None:
+                    nonlocal piece_from
+                    close_piece()
+                    bufs.next_buffer()
+                    piece_from = bufs.used
+
                 now = self.clock.wall_ms()
                 if now < self._last_ts:
                     now = self._last_ts  # store timestamps never go backwards
@@ -259,9 +267,7 @@ class CommitLog:
                             if i == n_msgs:
                                 break
                         if full and bufs.used:
-                            close_piece()
-                            bufs.next_buffer()
-                            piece_from = 0
+                            new_buffer()
                             continue
                     msg = messages[i]
                     i += 1
@@ -292,9 +298,9 @@ class CommitLog:
                                       store_host=host)
                     qo[key] = q + 1
                     if len(data) > bufs.room:
-                        close_piece()
                         if len(data) > bufs.buffer_bytes:
                             # Bigger than a buffer: queued as its own chunk.
+                            close_piece()
                             results.append(PutResult(PutStatus.PUT_OK, pos, len(data),
                                                      msg.msg_id, now))
                             self._push(seg, pos, data, pos + len(data))
@@ -302,8 +308,7 @@ class CommitLog:
                             pushed = len(results)
                             piece_pos = pos
                             continue
-                        bufs.next_buffer()
-                        piece_from = 0
+                        new_buffer()
                     bufs.current[bufs.used : bufs.used + len(data)] = data
                     bufs.used += len(data)
                     results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
@@ -469,8 +474,10 @@ class CommitLog:
         start = max(seg.zeroed_to, pos)
         end = min(seg.size, start + ZERO_AHEAD_BYTES)
         if end > start:
+            zeros = _ZEROS[: end - start]
+            assert len(zeros) == end - start, (end - start, len(_ZEROS))
             try:
-                seg.pwrite(start, bytes(end - start))
+                seg.pwrite(start, zeros)
             except OSError:
                 # Only an optimisation: a write the OS refuses here (a file
                 # size limit, say) fails the flush only when records reach
