@@ -120,15 +120,6 @@ def _outcome(pb: broker_pb2.SendResult, msg_id: str, t0: float, invoke_ms: int) 
     )
 
 
-def _indeterminate(exc: grpc.RpcError, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    name = code.name if code is not None else "ERROR"
-    return SendOutcome(status=INDETERMINATE, msg_id=msg_id, detail=f"{name}: {details}",
-                       invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
-                       latency_s=time.perf_counter() - t0)
-
-
 # How a send that got no result ended: (gRPC code name, details).
 _Failure = tuple[str, str]
 
@@ -138,6 +129,13 @@ def _failed(failure: _Failure, msg_id: str, t0: float, invoke_ms: int) -> SendOu
     return SendOutcome(status=INDETERMINATE, msg_id=msg_id, detail=f"{name}: {details}",
                        invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
                        latency_s=time.perf_counter() - t0)
+
+
+def _indeterminate(exc: grpc.RpcError, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return _failed((code.name if code is not None else "ERROR", details), msg_id, t0,
+                   invoke_ms)
 
 
 class _SendStream:
