@@ -23,7 +23,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -70,32 +70,53 @@ class RecoveryReport:
 
 
 class _Generation:
-    """The puts waiting for one group-commit flush share one future: one
-    wake-up per flush instead of one per put."""
+    """The puts waiting for one group-commit flush share it: one future for
+    awaiting callers (wait_flushed) and a list of callbacks run at once when
+    the flush resolves it (put batches: no extra loop iteration through the
+    future's callbacks)."""
 
-    __slots__ = ("future", "timer")
+    __slots__ = ("future", "timer", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.future: asyncio.Future[str] = loop.create_future()
         self.timer: asyncio.TimerHandle | None = None
+        self.waiters: list[Callable[[str], None]] = []
 
     def resolve(self, outcome: str) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        if not self.future.done():
-            self.future.set_result(outcome)
+        if self.future.done():
+            return
+        self.future.set_result(outcome)
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            waiter(outcome)
 
 
 class _PutBatch:
-    """Puts of one loop tick, appended together by MessageStore._drain."""
+    """Puts of one loop tick, appended together by MessageStore._drain. Each
+    put awaits its own future, so a caller cancelled while it waits cancels
+    only its own wait, never the batch's (the put itself stands)."""
 
-    __slots__ = ("messages", "results", "future", "drained")
+    __slots__ = ("messages", "waiting", "drained")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         self.messages: list[Message] = []
-        self.results: list[PutResult] = []
-        self.future: asyncio.Future[PutStatus] = loop.create_future()
+        self.waiting: list[asyncio.Future[PutResult]] = []
         self.drained = False
+
+    def finish(self, results: list[PutResult], status: PutStatus, detail: str) -> None:
+        """Hand each put its result; a PUT_OK record takes `status` (the
+        flush's) when that is worse."""
+        if status is PutStatus.PUT_OK:
+            for fut, r in zip(self.waiting, results, strict=True):
+                if not fut.done():
+                    fut.set_result(r)
+            return
+        for fut, r in zip(self.waiting, results, strict=True):
+            if not fut.done():
+                fut.set_result(r if r.status is not PutStatus.PUT_OK
+                               else r._replace(status=status, detail=detail))
 
 
 class _GroupCommit:
@@ -664,23 +685,20 @@ class MessageStore:
         appends them with one lock and one buffer (what put_batch does) and
         waits for the flush once for all of them. Each put still gets its
         own offset and status."""
+        loop = asyncio.get_running_loop()
         batch = self._open_batch
         if batch is None or len(batch.messages) >= self._max_coalesce:
-            loop = asyncio.get_running_loop()
-            batch = self._open_batch = _PutBatch(loop)
+            batch = self._open_batch = _PutBatch()
             loop.call_soon(self._drain, batch)
-        index = len(batch.messages)
+        fut: asyncio.Future[PutResult] = loop.create_future()
         batch.messages.append(message)
-        if index + 1 >= self._max_coalesce:
+        batch.waiting.append(fut)
+        if len(batch.messages) >= self._max_coalesce:
             # Full: append it now, so its flush can start while the puts
             # still to come in this tick are encoded (left to the end of the
             # tick, every flush waited for every producer).
             self._drain(batch)
-        status = await batch.future
-        result = batch.results[index]
-        if result.status is not PutStatus.PUT_OK or status is PutStatus.PUT_OK:
-            return result
-        return result._replace(status=status, detail=self.log.failed or "")
+        return await fut
 
     def _drain(self, batch: _PutBatch) -> None:
         if batch.drained:
@@ -688,40 +706,51 @@ class MessageStore:
         batch.drained = True
         if self._open_batch is batch:
             self._open_batch = None
-        batch.results = results = self.append(batch.messages)
-        ends = [r.offset + r.size for r in results if r.status is PutStatus.PUT_OK]
-        if not ends or self.config.flush_mode != FlushMode.SYNC_FLUSH:
-            batch.future.set_result(PutStatus.PUT_OK)
+        results = self.append(batch.messages)
+        end = 0
+        for r in reversed(results):  # in offset order: the last PUT_OK ends furthest
+            if r.status is PutStatus.PUT_OK:
+                end = r.offset + r.size
+                break
+        if not end or self.config.flush_mode != FlushMode.SYNC_FLUSH:
+            batch.finish(results, PutStatus.PUT_OK, "")
             return
-        if self._group is None:
+        group = self._group
+        if group is None:
             raise RuntimeError("store.start() was not called")
-        deadline = batch.future.get_loop().time() + self.config.sync_flush_timeout_ms / 1000
-        self._flush_callback(max(ends), batch.future, deadline)
+        deadline = group.loop.time() + self.config.sync_flush_timeout_ms / 1000
 
-    def _flush_callback(self, end: int, done: asyncio.Future[PutStatus], deadline: float) -> None:
-        """Resolve `done` once `flushed` covers `end` (callbacks, not a task:
-        one wake-up per batch)."""
+        def done(status: PutStatus) -> None:
+            batch.finish(results, status, "" if status is PutStatus.PUT_OK
+                         else self.log.failed or "")
+
+        self._flush_callback(end, done, deadline)
+
+    def _flush_callback(self, end: int, done: Callable[[PutStatus], None],
+                        deadline: float) -> None:
+        """Call `done` with PUT_OK once `flushed` covers `end` (or with what
+        went wrong), from the flush's resolution itself: one wake-up per
+        batch, no task, no extra loop iteration."""
         group = self._group
         assert group is not None
         if self.log.flushed >= end:
-            done.set_result(PutStatus.PUT_OK)
+            done(PutStatus.PUT_OK)
             return
         gen = group.join_generation()
         if gen.timer is None:
             gen.timer = group.loop.call_at(deadline, gen.resolve, "timeout")
 
-        def on_flush(f: asyncio.Future[str]) -> None:
-            outcome = f.result()
+        def on_flush(outcome: str) -> None:
             if outcome == "failed":
-                done.set_result(PutStatus.SERVICE_NOT_AVAILABLE)
+                done(PutStatus.SERVICE_NOT_AVAILABLE)
             elif self.log.flushed >= end:
-                done.set_result(PutStatus.PUT_OK)
+                done(PutStatus.PUT_OK)
             elif outcome == "timeout" or group.loop.time() >= deadline:
-                done.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+                done(PutStatus.FLUSH_DISK_TIMEOUT)
             else:
                 self._flush_callback(end, done, deadline)
 
-        gen.future.add_done_callback(on_flush)
+        gen.waiters.append(on_flush)
 
     async def put_batch(self, messages: Sequence[Message]) -> list[PutResult]:
         results = self.append(messages)

@@ -309,3 +309,31 @@ def test_truncate_to_cuts_pending_and_flushed_bytes_for_good(
     records, report = reopen(tmp_path, config)
     assert ids(records) == [f"m{i:06d}" for i in range(250)] + [f"n{i:06d}" for i in range(5)]
     assert report.first_bad_offset is None
+
+
+def test_a_cancelled_put_leaves_the_rest_of_its_batch_alone(tmp_path: Path) -> None:
+    """Puts of one loop tick share one append and one flush, but each waits
+    on its own: cancelling one caller (a deadline) must not cancel or fail
+    the others, and the cancelled put itself is still stored."""
+    async def run() -> None:
+        s = MessageStore.open(str(tmp_path), TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH))
+        await s.start()
+        try:
+            tasks = [asyncio.ensure_future(s.put(message(i))) for i in range(8)]
+            await asyncio.sleep(0)  # every put has joined the tick's batch
+            tasks[3].cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert isinstance(done[3], asyncio.CancelledError)
+            others = [r for i, r in enumerate(done) if i != 3]
+            assert all(not isinstance(r, BaseException) and r.status is PutStatus.PUT_OK
+                       for r in others), others
+            second = done[2]
+            assert not isinstance(second, BaseException)
+            # The cancelled put was appended all the same, between puts 2 and 4.
+            after = s.log.read_record(second.offset + second.size)
+            assert after.properties == message(3).properties
+            assert await _wait_until(lambda: s.log.flushed == s.log.wrote)
+        finally:
+            await s.close()
+
+    asyncio.run(run())
