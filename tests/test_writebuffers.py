@@ -134,3 +134,24 @@ def test_zero_ahead_never_touches_a_record(tmp_path: Path, monkeypatch: pytest.M
             assert reopened.log.read_record(offset).body == body
     finally:
         reopened.close_sync()
+
+
+def test_zero_ahead_follows_small_writes_only(tmp_path: Path) -> None:
+    """Zeros are written ahead after a small flush (a group commit's), not
+    after a large one: a large write gains nothing from them, and they made
+    a slave applying 1 MiB ranges write every byte twice."""
+    cfg = TESTING.with_(segment_size_bytes=4 * 1024 * 1024, max_message_size_bytes=64 * 1024,
+                        flush_mode=FlushMode.SYNC_FLUSH, crash_model=CrashModel.POWER)
+    store = MessageStore.open(str(tmp_path / "z"), cfg)
+    try:
+        body = os.urandom(32 * 1024)
+        store.append([Message("z", body, {"UNIQ_KEY": f"big{i}"}) for i in range(16)])
+        end = store.log.flush()
+        assert end > commitlog.ZERO_AHEAD_MAX_WRITE
+        seg = store.log.segments[-1]
+        assert seg.zeroed_to <= end - seg.start, "zeros were written after a large write"
+        store.append([Message("z", b"small", {"UNIQ_KEY": "small"})])
+        end = store.log.flush()
+        assert seg.zeroed_to > end - seg.start, "no zeros written after a small write"
+    finally:
+        store.close_sync()
