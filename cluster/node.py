@@ -238,12 +238,11 @@ class Node:
             return
         batch = self._open_batch
         if batch is None:
-            batch = self._open_batch = _Batch(loop)
+            batch = self._open_batch = _Batch()
             loop.call_soon(self._drain, batch)
         start = len(batch.messages)
         batch.messages.extend(messages)
-        end = len(batch.messages)
-        batch.done.add_done_callback(lambda f: on_done(f.result()[start:end]))
+        batch.waiters.append((start, len(batch.messages), on_done))
 
     async def serve_send_stream(self, context: grpc.aio.ServicerContext) -> End | None:
         """One SendStream call (cluster/send_stream.py); returns the status
@@ -271,18 +270,24 @@ class Node:
 
     async def _finish(self, batch: _Batch, results: list[PutResult]) -> None:
         try:
-            batch.done.set_result(await self._wait_promises(results))
+            await self._wait_promises(batch, results)
         except Exception as exc:  # a bug must not leave producers hanging
             log.exception("put path failed")
-            batch.done.set_result([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
-                                   if r.status is PutStatus.PUT_OK else r for r in results])
+            batch.deliver([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
+                           if r.status is PutStatus.PUT_OK else r for r in results])
 
-    async def _wait_promises(self, results: list[PutResult]) -> list[PutResult]:
+    async def _wait_promises(self, batch: _Batch, results: list[PutResult]) -> None:
+        """Answer the batch's submitters as the mode promises: after the
+        flush wait and the replica wait, run in parallel (the worse status
+        wins). A submitter none of whose puts waits for a slave (refused
+        SLAVE_NOT_AVAILABLE, or failed) is answered once the flush wait is
+        over, without waiting for the others' replica wait."""
         store = self.store
         assert store is not None
         ok = [r for r in results if r.status is PutStatus.PUT_OK]
         if not ok:
-            return results
+            batch.deliver(results)
+            return
         end = max(r.end for r in ok)
         ha = self.ha_master if self.role == Role.SYNC_MASTER else None
         replica_ok: dict[int, bool] = {}
@@ -296,7 +301,18 @@ class Node:
                 # this coroutine waits for the flush (the two run in parallel).
                 replica = ha.wait_replicated(max(ends))
         flush_status = await store.wait_flushed(end)
+        if replica is not None and not replica.done():
+            batch.deliver(self._statuses(results, flush_status, PutStatus.PUT_OK, replica_ok),
+                          only=lambda rs: not any(replica_ok.get(r.offset) for r in rs
+                                                  if r.status is PutStatus.PUT_OK))
         replica_status = PutStatus.PUT_OK if replica is None else await replica
+        batch.deliver(self._statuses(results, flush_status, replica_status, replica_ok))
+
+    def _statuses(self, results: list[PutResult], flush_status: PutStatus,
+                  replica_status: PutStatus, replica_ok: dict[int, bool]) -> list[PutResult]:
+        store = self.store
+        assert store is not None
+        ha = self.ha_master if self.role == Role.SYNC_MASTER else None
         flushed = store.log.flushed
         best = ha.best_acked() if ha is not None else None
         out: list[PutResult] = []
@@ -398,11 +414,31 @@ class NodeStartError(RuntimeError):
 
 
 class _Batch:
-    __slots__ = ("messages", "done")
+    """The puts submitted in one loop tick: appended together, then each
+    submitter gets its slice of the results, once."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = ("messages", "waiters")
+
+    def __init__(self) -> None:
         self.messages: list[Message] = []
-        self.done: asyncio.Future[list[PutResult]] = loop.create_future()
+        # (start, end, on_done) per submitter not answered yet.
+        self.waiters: list[tuple[int, int, Callable[[list[PutResult]], object]]] = []
+
+    def deliver(self, results: list[PutResult],
+                only: Callable[[list[PutResult]], bool] | None = None) -> None:
+        """Answer every submitter still waiting (or only those whose slice
+        `only` accepts) with its slice of `results`."""
+        waiting = []
+        for start, end, on_done in self.waiters:
+            mine = results[start:end]
+            if only is not None and not only(mine):
+                waiting.append((start, end, on_done))
+                continue
+            try:
+                on_done(mine)
+            except Exception:  # one submitter's bug must not keep the others waiting
+                log.exception("a put's result callback failed")
+        self.waiters = waiting
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):
