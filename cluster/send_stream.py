@@ -14,12 +14,18 @@ One SendSession serves one call:
   wait (the node's batching);
 - the call's own coroutine writes each result, tagged with its request's
   opaque id, as soon as its put completes (out of order).
+- a stream message may carry several requests (`more`), as a client sends
+  the requests it has ready at once; they are taken in order, exactly as
+  if each had come alone. Results ready at once go out the same way, in one
+  message: grpc.aio's cost is per message written, and on two cores that
+  cost, paid once per put at each end, was what capped SYNC_MASTER.
 
 Ordering rules:
 - a result is written only after the node's put path answered the request
   (for PUT_OK: after the flush and replica waits the mode promises);
-- at most `max_in_flight` requests are taken ahead of their written results;
-  at the cap the reader stops reading and HTTP/2 flow control pushes back
+- at most `max_in_flight` requests are taken ahead of their written results
+  (plus the rest of the message that reached it); at the cap the reader
+  stops reading and HTTP/2 flow control pushes back
   on the client (bounded memory per stream);
 - the call ends only once every request taken has its result written: when
   the client half-closes (OK), on a request that cannot be answered
@@ -52,6 +58,8 @@ log = logging.getLogger("dlab.node")
 
 # Requests one stream may have taken ahead of their written results.
 MAX_IN_FLIGHT = 512
+# Results written in one stream message at most.
+MAX_RESULTS_PER_WRITE = 256
 
 Submit = Callable[[Sequence[Message], Callable[[list[PutResult]], object]], None]
 End = tuple[grpc.StatusCode, str]
@@ -84,9 +92,16 @@ class SendSession:
         try:
             while True:
                 while self._ready:
-                    result = self._ready.popleft()
+                    ready = self._ready
+                    result = ready.popleft()
+                    written = [result.opaque]
+                    if ready:
+                        n = min(len(ready), MAX_RESULTS_PER_WRITE - 1)
+                        more = [ready.popleft() for _ in range(n)]
+                        result.more.extend(more)
+                        written += [r.opaque for r in more]
                     await context.write(result)
-                    self._taken.discard(result.opaque)
+                    self._taken.difference_update(written)
                     if len(self._taken) < self._max:
                         self._room.set()
                 if not self._reading and not self._taken:
@@ -122,6 +137,8 @@ class SendSession:
                 if request is grpc.aio.EOF:
                     return
                 self._take(request)
+                if request.more:
+                    self._take_more(request.more)
         except asyncio.CancelledError:
             pass  # closed by the node, or the call ended
         except Exception as exc:  # the call broke under the read: nothing left to read
@@ -144,6 +161,20 @@ class SendSession:
             return
         self._submit([message_from_pb(request.message, self._born)],
                      lambda results: self._answer(opaque, results))
+
+    def _take_more(self, requests: Sequence[broker_pb2.SendStreamRequest]) -> None:
+        """The further requests of one stream message, each taken as if it
+        had come alone (its own put, answered when its own promise is kept:
+        a put refused SLAVE_NOT_AVAILABLE does not wait for one that waits
+        for the slave)."""
+        for request in requests:
+            if self._end is not None:
+                return
+            if request.more:
+                self._refuse(f"SendStream request {request.opaque} nests `more` requests; "
+                             "put every request of a message in the outer request's `more`")
+                return
+            self._take(request)
 
     def _answer(self, opaque: int, results: list[PutResult]) -> None:
         (result,) = results

@@ -91,20 +91,24 @@ class SendResult(_message.Message):
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class SendStreamRequest(_message.Message):
-    __slots__ = ("opaque", "message")
+    __slots__ = ("opaque", "message", "more")
     OPAQUE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     opaque: int
     message: Message
-    def __init__(self, opaque: _Optional[int] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[SendStreamRequest]
+    def __init__(self, opaque: _Optional[int] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., more: _Optional[_Iterable[_Union[SendStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class SendStreamResult(_message.Message):
-    __slots__ = ("opaque", "result")
+    __slots__ = ("opaque", "result", "more")
     OPAQUE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     opaque: int
     result: SendResult
-    def __init__(self, opaque: _Optional[int] = ..., result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[SendStreamResult]
+    def __init__(self, opaque: _Optional[int] = ..., result: _Optional[_Union[SendResult, _Mapping]] = ..., more: _Optional[_Iterable[_Union[SendStreamResult, _Mapping]]] = ...) -> None: ...
 
 class SendBatchRequest(_message.Message):
     __slots__ = ("messages",)

@@ -55,11 +55,12 @@ def test_concurrent_sends_share_one_stream_and_each_gets_its_own_result(
                                                         msg_id="too-big")))
             stream = c._stream
             assert stream is not None
-            return list(outs), stream._next_opaque
+            return list(outs), stream._next_opaque, stream.writes
 
-    outs, opened = asyncio.run(go())
+    outs, opened, writes = asyncio.run(go())
     *ok, too_big = outs
     assert opened == n + 1  # every send went over the one stream
+    assert writes < n // 4, f"{writes} stream messages for {n + 1} sends made at once"
     assert [o.status for o in ok] == ["PUT_OK"] * n
     assert [o.msg_id for o in ok] == [f"S{i}" for i in range(n)]
     assert too_big.status == "MESSAGE_ILLEGAL" and "exceeds max_message_size" in too_big.detail
@@ -128,7 +129,8 @@ def test_the_stream_needs_the_cluster_token(cluster: tuple[LocalBackend, str]) -
 async def _raw_stream(address: str, token: str, frames: list[bytes], results: int
                       ) -> tuple[list[broker_pb2.SendStreamResult], grpc.StatusCode, str]:
     """Write raw frames on a SendStream, read `results` results (then, if the
-    node ends the call, its status)."""
+    node ends the call, its status). A stream message carrying several
+    results (`more`) counts as each of them."""
     async with grpc.aio.insecure_channel(address) as ch:
         call = ch.stream_stream(METHOD, response_deserializer=(
             broker_pb2.SendStreamResult.FromString))(metadata=token_metadata(token))
@@ -141,7 +143,7 @@ async def _raw_stream(address: str, token: str, frames: list[bytes], results: in
                     r = await call.read()
                     if r is grpc.aio.EOF:
                         break
-                    got.append(r)
+                    got += [r, *r.more]
                 if len(got) == results:
                     await call.done_writing()
                 while await call.read() is not grpc.aio.EOF:
@@ -193,6 +195,44 @@ def test_an_undecodable_or_ambiguous_request_ends_the_stream_after_the_others_re
             assert len(c.read(r.result.offset, max_bytes=1).records) == 1
         wait_until(lambda: c.send(make_message("t", b"after")).status == "PUT_OK", 20,
                    "PUT_OK once the slave is back")
+    assert "Traceback" not in log_text(b.node("master").log_path)
+
+
+def test_requests_sent_in_one_message_are_each_taken_as_if_alone(
+        cluster: tuple[LocalBackend, str]) -> None:
+    """A stream message may carry further requests in `more`: each is put
+    in order and answered under its own id (a missing message gets its own
+    MESSAGE_ILLEGAL); nesting `more`, or reusing an id, ends the stream with
+    INVALID_ARGUMENT after the results of the requests before it."""
+    b, tok = cluster
+    addr = b.node("master").address
+    first = _request(1, b"m1", "M1")
+    first.more.extend([_request(2, b"m2", "M2"), broker_pb2.SendStreamRequest(opaque=3),
+                       _request(4, b"m4", "M4")])
+    got, code, _ = asyncio.run(_raw_stream(addr, tok, [first.SerializeToString()], 4))
+    assert code == grpc.StatusCode.OK
+    by_id = {r.opaque: r.result for r in got}
+    assert set(by_id) == {1, 2, 3, 4}
+    assert by_id[3].status == broker_pb2.MESSAGE_ILLEGAL and "has no message" in by_id[3].detail
+    assert [by_id[i].status for i in (1, 2, 4)] == [broker_pb2.PUT_OK] * 3
+    assert by_id[1].offset < by_id[2].offset < by_id[4].offset  # in order
+    with client(b, tok) as c:
+        for i in (1, 2, 4):
+            assert [r.msg_id for r in c.read(by_id[i].offset, max_bytes=1).records] == [f"M{i}"]
+
+    nested = _request(5, b"n5", "N5")
+    inner = _request(6, b"n6", "N6")
+    inner.more.append(_request(7, b"n7", "N7"))
+    nested.more.append(inner)
+    got, code, details = asyncio.run(_raw_stream(addr, tok, [nested.SerializeToString()], 1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nests `more`" in details
+    assert [(r.opaque, r.result.status) for r in got] == [(5, broker_pb2.PUT_OK)]
+
+    dup = _request(8, b"d8", "D8")
+    dup.more.extend([_request(9, b"d9", "D9"), _request(8, b"d8bis", "D8bis")])
+    got, code, details = asyncio.run(_raw_stream(addr, tok, [dup.SerializeToString()], 2))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "already in flight" in details
+    assert sorted(r.opaque for r in got) == [8, 9]
     assert "Traceback" not in log_text(b.node("master").log_path)
 
 
