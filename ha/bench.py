@@ -11,21 +11,28 @@ catch-up: a master node holds a backlog (default 512 MiB of 4 KiB-body
   processes (bench_peer's Source, server to client as the HA stream, no
   protobuf, no store) and raw sequential write + fsync, both in 1 MiB
   messages/writes whatever the HA batch (--chunk-bytes). Goal: ratio >= 0.8.
+  It also prints CPU seconds per GiB: the master's and the slave's during
+  the catch-up, and each baseline's (both processes for the stream). A
+  catch-up streams the bytes AND writes them, so it needs at least the sum
+  of the baselines' (`goal_cpu_floor_s_per_gib`); at the goal's speed the
+  cores give it `goal_cpu_budget_s_per_gib`.
 
 sync-master: a SYNC_MASTER + SYNC_FLUSH master with one SYNC_FLUSH slave,
   1 KiB bodies. Acked (PUT_OK) puts/s with 64 concurrent clients over puts/s
   with 1 client (goal >= 10), and the single client's p99 latency over the
   p99 of one raw gRPC round trip (bench_peer's unary Echo) followed by one
   write + fsync, measured in the same run (goal <= 2). `ratio` is the
-  throughput ratio, `p99_ratio` the latency one. Each client is its own
-  AsyncNodeClient (its own channel object and its own SendStream call, one
-  message in flight at a time); grpc core lets channels with the same
-  target and options share one TCP connection, so the 64 streams are
-  multiplexed over one connection as a process's RocketMQ producers share
-  one remoting connection per broker. For context it also measures bare
-  echo over the same transport shape (bench_peer's EchoStream, one stream
-  per client, write then read per message): no put path over grpc.aio can
-  beat that on the same cores; and bare unary echo RPCs, the transport of
+  throughput ratio, `p99_ratio` the latency one. The 64 clients take the
+  shape of RocketMQ's benchmark Producer (example/.../benchmark/Producer:
+  one DefaultMQProducer, 64 threads each sending one message at a time):
+  64 senders on one AsyncNodeClient, whose SendStream carries the requests
+  ready at once in one stream message. `separate_clients_64` measures 64
+  AsyncNodeClients instead, each its own channel object and SendStream
+  (grpc core lets them share one TCP connection), where nothing can be
+  written together. Both carry CPU-us per put in the clients' process, the
+  master and the slave. For context it also measures bare echo over the
+  separate-clients shape (bench_peer's EchoStream, one stream per client,
+  write then read per message) and bare unary echo RPCs, the transport of
   the unary Send the clients used before.
 """
 
@@ -78,9 +85,23 @@ def _emit(title: str, rows: list[tuple[str, str]], figures: dict[str, Any]) -> N
     print(json.dumps(figures, sort_keys=True))
 
 
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, every thread) used so far by process
+    `pid` (Linux /proc), or by this process."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 @contextlib.contextmanager
-def _peer(work: str) -> Iterator[str]:
-    """A bench_peer process; yields its address."""
+def _peer(work: str) -> Iterator[tuple[str, int]]:
+    """A bench_peer process; yields its address and pid."""
     port_file = os.path.join(work, "peer.port")
     proc = subprocess.Popen([sys.executable, "-m", "ha.bench_peer", "--port-file", port_file],
                             stdin=subprocess.DEVNULL, env=node_env())
@@ -91,7 +112,7 @@ def _peer(work: str) -> Iterator[str]:
                 raise RuntimeError("the benchmark peer process did not start")
             time.sleep(0.01)
         with open(port_file) as f:
-            yield f"127.0.0.1:{int(f.read())}"
+            yield f"127.0.0.1:{int(f.read())}", proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -140,25 +161,29 @@ def _build_backlog(path: str, total_bytes: int, body_size: int) -> int:
     return wrote
 
 
-def _baseline_grpc_download(addr: str, commitlog: str, total: int, chunk: int) -> float:
+def _baseline_grpc_download(addr: str, peer_pid: int, commitlog: str, total: int, chunk: int
+                            ) -> tuple[float, float]:
     """Seconds for the peer to stream `total` bytes of the backlog files to this
     process, server to client (the HA stream's direction), grpc.aio at both
-    ends as in the nodes, raw bytes (no protobuf, no store)."""
+    ends as in the nodes, raw bytes (no protobuf, no store); and the CPU
+    seconds the two processes spent on it."""
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         request = json.dumps({"paths": _segments(commitlog), "total": total,
                               "chunk": chunk}).encode()
         async with grpc.aio.insecure_channel(addr, options=bench_peer.OPTIONS) as channel:
             await channel.channel_ready()
             source = channel.unary_stream(bench_peer.SOURCE)
+            cpu0 = _cpu_s() + _cpu_s(peer_pid)
             t0 = time.perf_counter()
             got = 0
             async for data in source(request, timeout=600):
                 got += len(data)
             dt = time.perf_counter() - t0
+            cpu = _cpu_s() + _cpu_s(peer_pid) - cpu0
         if got != total:
             raise RuntimeError(f"baseline stream delivered {got} of {total} bytes")
-        return dt
+        return dt, cpu
 
     return asyncio.run(run())
 
@@ -176,15 +201,18 @@ def _baseline_grpc_upload(addr: str, commitlog: str, total: int, chunk: int) -> 
     return dt
 
 
-def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str) -> float:
+def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str
+                          ) -> tuple[float, float]:
+    """Seconds to write + fsync the backlog's bytes, and the CPU seconds."""
     data = list(_chunks(commitlog, total, chunk))  # read first: time only write + fsync
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        cpu0 = _cpu_s()
         t0 = time.perf_counter()
         for d in data:
             os.write(fd, d)
         os.fsync(fd)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, _cpu_s() - cpu0
     finally:
         os.close(fd)
         os.unlink(out)
@@ -201,13 +229,13 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
     commitlog = os.path.join(master_dir, "commitlog")
     # Each baseline at its best of two runs (a baseline measured on a bad
     # moment of this shared machine would flatter the ratio).
-    with _peer(work) as addr:
-        grpc_s = min(_baseline_grpc_download(addr, commitlog, total, chunk_bytes)
-                     for _ in range(2))
+    with _peer(work) as (addr, peer_pid):
+        grpc_s, grpc_cpu = min(_baseline_grpc_download(addr, peer_pid, commitlog, total,
+                                                       chunk_bytes) for _ in range(2))
         upload_s = min(_baseline_grpc_upload(addr, commitlog, total, chunk_bytes)
                        for _ in range(2))
-    disk_s = min(_baseline_write_fsync(commitlog, total, chunk_bytes,
-                                       os.path.join(work, "raw")) for _ in range(2))
+    disk_s, disk_cpu = min(_baseline_write_fsync(commitlog, total, chunk_bytes,
+                                                 os.path.join(work, "raw")) for _ in range(2))
     extra = ("--ha-batch-bytes", str(batch_bytes), "--ha-window-bytes", str(window_bytes))
     common: dict[str, Any] = dict(flush=flush, segment_size_bytes=SEGMENT_BYTES,
                                   crash_model="power", extra_args=extra)
@@ -228,7 +256,15 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
         os.makedirs(os.path.join(work, "slave"), exist_ok=True)
         slave_proc = spawn([sys.executable, "-m", "cluster.cli", "node", *args],
                            log_path=os.path.join(work, "slave", "node.log"), env=node_env())
+        master_pid = backend.node("master").pid
+        assert master_pid is not None
+
+        def nodes_cpu() -> tuple[float, float]:
+            assert slave_proc is not None
+            return _cpu_s(master_pid), _cpu_s(slave_proc.pid)
+
         t0 = t1 = 0.0
+        cpu0 = cpu1 = (0.0, 0.0)
         start_bytes = -1
         with NodeClient(slave_addr, token=token, timeout_s=5,
                         channel_options=FAST_RECONNECT) as client:
@@ -243,11 +279,11 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
                     continue
                 now = time.perf_counter()
                 if start_bytes < 0 and st.wrote > 0:
-                    t0, start_bytes = now, st.wrote
+                    t0, start_bytes, cpu0 = now, st.wrote, nodes_cpu()
                 if os.environ.get("DLAB_BENCH_TRACE"):
                     print(f"{now:.3f} wrote={st.wrote} flushed={st.flushed}", file=sys.stderr)
                 if st.flushed >= total:
-                    t1 = now
+                    t1, cpu1 = now, nodes_cpu()
                     break
                 time.sleep(0.01)
             else:
@@ -266,6 +302,13 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
     grpc_bps = total / grpc_s
     disk_bps = total / disk_s
     slower = min(grpc_bps, disk_bps)
+    # CPU accounting, per GiB moved. A catch-up streams the bytes over grpc
+    # AND writes + fsyncs them, so it needs at least the CPU of both
+    # baselines; at the goal's speed the cores can give at most `cores`
+    # seconds per second of it.
+    gib = 1 << 30
+    floor = (grpc_cpu + disk_cpu) / total * gib
+    budget = _cores() * gib / (0.8 * slower)
     return {
         "bench": "catch-up", "backlog_bytes": total, "body_size": body_size, "flush": flush,
         "batch_bytes": batch_bytes, "window_bytes": window_bytes,
@@ -275,6 +318,13 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
         "grpc_upload_mib_s": round(total / upload_s / MIB, 1),
         "write_fsync_mib_s": round(disk_bps / MIB, 1),
         "baseline": "grpc_stream" if grpc_bps <= disk_bps else "write_fsync",
+        "cpu_s_per_gib": {"master": round((cpu1[0] - cpu0[0]) / caught * gib, 2),
+                          "slave": round((cpu1[1] - cpu0[1]) / caught * gib, 2),
+                          "grpc_stream": round(grpc_cpu / total * gib, 2),
+                          "write_fsync": round(disk_cpu / total * gib, 2)},
+        "cores": _cores(),
+        "goal_cpu_floor_s_per_gib": round(floor, 2),
+        "goal_cpu_budget_s_per_gib": round(budget, 2),
         "ratio": round(catch_bps / slower, 3), "goal": ">= 0.8",
         "met": catch_bps / slower >= 0.8,
     }
@@ -304,14 +354,17 @@ def _baseline_rtt_fsync(addr: str, n: int, body_size: int, path: str) -> list[fl
 
 
 async def _clients(addr: str, token: str, clients: int, count: int, body_size: int,
-                   max_seconds: float) -> tuple[int, float, list[float], dict[str, int]]:
+                   max_seconds: float, node_pids: tuple[int, ...] = (), *, shared: bool = False
+                   ) -> tuple[int, float, list[float], dict[str, int], list[float]]:
     """`clients` independent producers, each its own AsyncNodeClient (its own
     grpc channel and its own SendStream call), sending one message at a
     time. (grpc core shares one TCP connection among channels to the same
     address with the same options, as one process's RocketMQ producers
-    share one remoting connection per broker.)"""
+    share one remoting connection per broker.) Also returns the CPU seconds
+    this process and each of `node_pids` spent in the timed window."""
     body = os.urandom(body_size)
-    producers = [AsyncNodeClient(addr, token=token, timeout_s=30) for _ in range(clients)]
+    producers = [AsyncNodeClient(addr, token=token, timeout_s=30)
+                 for _ in range(1 if shared else clients)]
     lat: list[float] = []
     counts: dict[str, int] = {}
     issued = 0
@@ -320,12 +373,13 @@ async def _clients(addr: str, token: str, clients: int, count: int, body_size: i
             out = await c.send(make_message("bench", body, msg_id=f"w{id(c)}"))
             if out.indeterminate:
                 raise RuntimeError(f"warm-up send failed: {out.detail}")
+        cpu0 = [_cpu_s(), *(_cpu_s(p) for p in node_pids)]
         t0 = time.perf_counter()
         deadline = t0 + max_seconds
 
         async def one(k: int) -> None:
             nonlocal issued
-            c = producers[k]
+            c = producers[k % len(producers)]
             while issued < count and time.perf_counter() < deadline:
                 issued += 1
                 out = await c.send(make_message("bench", body, msg_id=f"s{k}-{issued}"))
@@ -335,18 +389,22 @@ async def _clients(addr: str, token: str, clients: int, count: int, body_size: i
 
         await asyncio.gather(*(one(k) for k in range(clients)))
         elapsed = time.perf_counter() - t0
+        cpu = [b - a for a, b in zip(cpu0, [_cpu_s(), *(_cpu_s(p) for p in node_pids)],
+                                     strict=True)]
     finally:
         for c in producers:
             await c.close()
     lat.sort()
-    return counts.get("PUT_OK", 0), elapsed, lat, counts
+    return counts.get("PUT_OK", 0), elapsed, lat, counts, cpu
 
 
-async def _echo_rate(addr: str, clients: int, count: int, body_size: int) -> float:
+async def _echo_rate(addr: str, peer_pid: int, clients: int, count: int, body_size: int
+                     ) -> tuple[float, float]:
     """Messages per second echoed by the peer over bare grpc.aio streams,
     `clients` concurrent callers shaped as _clients' producers (each its own
     channel and its own stream, one message at a time: write, then read its
-    echo): the ceiling any put path over the SendStream can reach here."""
+    echo): the ceiling any put path over the SendStream can reach here.
+    Also returns the CPU seconds both processes spent per message."""
     payload = os.urandom(body_size)
     channels = [grpc.aio.insecure_channel(addr) for _ in range(clients)]
     calls = []
@@ -367,9 +425,11 @@ async def _echo_rate(addr: str, clients: int, count: int, body_size: int) -> flo
                 await call.write(payload)
                 await call.read()
 
+        cpu0 = _cpu_s() + _cpu_s(peer_pid)
         t0 = time.perf_counter()
         await asyncio.gather(*(one(k) for k in range(clients)))
-        return count / (time.perf_counter() - t0)
+        rate = count / (time.perf_counter() - t0)
+        return rate, (_cpu_s() + _cpu_s(peer_pid) - cpu0) / count
     finally:
         for call in calls:
             call.cancel()
@@ -406,10 +466,10 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
                       max_seconds: float, work: str) -> dict[str, Any]:
     from cluster.auth import generate_token
 
-    with _peer(work) as addr:
+    with _peer(work) as (addr, peer_pid):
         base = _baseline_rtt_fsync(addr, max(200, count_1 // 2), body_size,
                                    os.path.join(work, "fsync-probe"))
-        echo_n = asyncio.run(_echo_rate(addr, clients, count_64, body_size))
+        echo_n, echo_cpu = asyncio.run(_echo_rate(addr, peer_pid, clients, count_64, body_size))
         unary_echo_n = asyncio.run(_unary_echo_rate(addr, clients, count_64 // 4, body_size))
     backend = LocalBackend()
     common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
@@ -421,6 +481,7 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
     backend.up(spec, token=token, timeout_s=120)
     try:
         master = backend.node("master").address
+        pids = (backend.node("master").pid or 0, backend.node("slave1").pid or 0)
         # Wait until the slave's stream is up, then warm up.
         with NodeClient(master, token=token) as c:
             deadline = time.monotonic() + 30
@@ -429,20 +490,37 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
                     raise RuntimeError("the slave did not connect within 30 s")
                 time.sleep(0.05)
         asyncio.run(_clients(master, token, 4, 200, body_size, 10))
-        ok1, dt1, lat1, counts1 = asyncio.run(_clients(master, token, 1, count_1, body_size,
-                                                       max_seconds))
-        okn, dtn, latn, countsn = asyncio.run(_clients(master, token, clients, count_64,
-                                                       body_size, max_seconds))
+        ok1, dt1, lat1, counts1, _ = asyncio.run(_clients(master, token, 1, count_1,
+                                                          body_size, max_seconds))
+        # RocketMQ's benchmark Producer's shape: one producer (one client,
+        # one stream), `clients` threads sending on it one message at a time.
+        okn, dtn, latn, countsn, cpun = asyncio.run(_clients(
+            master, token, clients, count_64, body_size, max_seconds, node_pids=pids,
+            shared=True))
+        # And `clients` separate clients, each its own stream.
+        oks, dts, lats, countss, cpus = asyncio.run(_clients(
+            master, token, clients, count_64, body_size, max_seconds, node_pids=pids))
     finally:
         backend.down()
-    puts1, putsn = ok1 / dt1, okn / dtn
+    puts1, putsn, putss = ok1 / dt1, okn / dtn, oks / dts
     lat1 = [x * 1000 for x in lat1]
     latn = [x * 1000 for x in latn]
+    lats = [x * 1000 for x in lats]
     base = [x * 1000 for x in base]
     p99_1, p99_n = percentile(lat1, 99), percentile(latn, 99)
     base_p99 = percentile(base, 99)
     ratio = putsn / puts1 if puts1 else 0.0
     p99_ratio = p99_1 / base_p99 if base_p99 else 0.0
+    # CPU accounting: CPU-us per acked put in the clients' process, the
+    # master and the slave. At the goal's rate, 10x the single client's, the
+    # cores have `budget` CPU-us per put for all of it.
+    budget = _cores() / (10 * puts1) * 1e6 if puts1 else 0.0
+
+    def per_put(cpu: list[float], ok: int) -> dict[str, int]:
+        us = [c / max(1, ok) * 1e6 for c in cpu]
+        return {"clients": round(us[0]), "master": round(us[1]), "slave": round(us[2]),
+                "total": round(sum(us))}
+
     return {
         "bench": "sync-master", "body_size": body_size, "clients": clients,
         "puts_per_s_1": round(puts1, 1), f"puts_per_s_{clients}": round(putsn, 1),
@@ -452,7 +530,15 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
         "baseline_rtt_fsync_p50_ms": percentile(base, 50),
         f"bare_echo_stream_msg_per_s_{clients}": round(echo_n, 1),
         f"bare_echo_unary_rpc_per_s_{clients}": round(unary_echo_n, 1),
+        f"cpu_us_per_put_{clients}": per_put(cpun, okn),
+        f"cores_busy_{clients}": round(sum(cpun) / dtn, 2), "cores": _cores(),
+        "bare_echo_cpu_us_per_msg": round(echo_cpu * 1e6),
+        "goal_cpu_budget_us_per_put": round(budget),
         "statuses_1": counts1, f"statuses_{clients}": countsn,
+        f"separate_clients_{clients}": {
+            "puts_per_s": round(putss, 1), "p99_ms": round(percentile(lats, 99), 3),
+            "ratio": round(putss / puts1, 2) if puts1 else 0.0,
+            "cpu_us_per_put": per_put(cpus, oks), "statuses": countss},
         "ratio": round(ratio, 2), "goal": ">= 10",
         "p99_ratio": round(p99_ratio, 3), "p99_goal": "<= 2",
         "met": ratio >= 10 and p99_ratio <= 2,
