@@ -333,11 +333,17 @@ class CommitLog:
             self._check()
         return results
 
-    def append_raw(self, offset: int, data: bytes) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append bytes shipped by a master at `offset` (must equal `wrote`).
         Every record is verified first (size, magic, PHYSICALOFFSET, CRC; a
         blank must end its segment exactly); on any failure nothing is
-        appended. Returns the new `wrote`."""
+        appended. Returns the new `wrote`.
+
+        A read-only view (of the received message) is kept as it is, not
+        copied, until it is flushed; a writable one is copied first, so the
+        bytes verified are the bytes kept."""
+        if isinstance(data, memoryview) and not data.readonly:
+            data = bytes(data)
         with self._lock:
             if self.failed:
                 raise StoreFailedError(self.failed)
@@ -385,7 +391,7 @@ class CommitLog:
                 return self.wrote
             try:
                 seg = self._segment_at_wrote()
-                self._push(seg, offset, bytes(data), end)
+                self._push(seg, offset, data, end)
             except OSError as exc:
                 if self.failed is None:
                     self._fail(exc, "append")

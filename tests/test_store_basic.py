@@ -243,6 +243,28 @@ def test_read_range_ships_whole_records_and_a_slave_verifies_them(tmp_path: Path
         slave.close_sync()
 
 
+def test_append_raw_keeps_what_it_verified_whatever_the_caller_does_after(
+        tmp_path: Path) -> None:
+    """A slave hands append_raw a view of the received message (no copy);
+    a writable view is copied first, so a caller reusing its buffer cannot
+    change bytes that were verified and are waiting for the flush."""
+    fill(tmp_path / "master", 20, body_size=250)
+    master = MessageStore.open(str(tmp_path / "master"), TESTING)
+    slave = MessageStore.open(str(tmp_path / "slave"), TESTING)
+    try:
+        data, nxt = master.log.read_range(0, 3000)
+        held = bytearray(data)
+        assert slave.log.append_raw(0, memoryview(held)) == nxt
+        held[:] = bytes(len(held))  # the caller reuses its buffer
+        view = memoryview(bytes(master.log.read_range(nxt, 3000)[0]))  # read-only: kept as is
+        end = slave.log.append_raw(nxt, view)
+        slave.log.flush()
+        assert end > nxt and slave.log.read(0, end) == master.log.read(0, end)
+    finally:
+        master.close_sync()
+        slave.close_sync()
+
+
 def test_config_errors_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="segment_size_bytes"):
         StoreConfig(segment_size_bytes=1000).validate()
