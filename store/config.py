@@ -68,6 +68,11 @@ class StoreConfig:
     # are kept. A record bigger than a buffer is queued on its own.
     write_buffer_bytes: int = 4 * MIB
     write_buffers_kept: int = 16
+    # Under the power crash model, an append that leaves more than this
+    # unflushed (in memory) flushes before it returns, so memory stays
+    # bounded when appends outrun the disk (RocketMQ's transient store pool
+    # is a fixed set of buffers too). 0: no bound.
+    max_unflushed_bytes: int = 256 * MIB
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:
@@ -99,6 +104,7 @@ class StoreConfig:
              "consumer_offset_persist_interval_ms must be at least 1")
         need(self.write_buffer_bytes >= 4 * KIB, "write_buffer_bytes must be at least 4096")
         need(self.write_buffers_kept >= 0, "write_buffers_kept must be 0 or more")
+        need(self.max_unflushed_bytes >= 0, "max_unflushed_bytes must be 0 (no bound) or more")
         need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
         return self

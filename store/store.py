@@ -271,6 +271,7 @@ class MessageStore:
         self._group: _GroupCommit | None = None
         self._flush_wakeup: asyncio.Event | None = None  # ASYNC_FLUSH, not flush_timed
         self._least_dirty = config.flush_least_pages * config.page_size_bytes
+        self.backpressure_flushes = 0  # appends that flushed (max_unflushed_bytes)
         self._open_batch: _PutBatch | None = None
         # A cap on coalesced puts, so that under load several flush groups
         # are in flight: one group's fsync runs while the next is encoded.
@@ -643,8 +644,19 @@ class MessageStore:
                     for _ in messages]
         results = self.log.append(messages)
         self.failpoints.hit("after_append_before_flush")
+        dirty = self.log.dirty_bytes
+        limit = self.config.max_unflushed_bytes
+        if limit and dirty > limit and self.config.crash_model == CrashModel.POWER:
+            # Backpressure: the flusher has fallen `limit` behind. Flush here
+            # (after any flush in progress) rather than let unflushed bytes
+            # pile up in fresh memory. The appends above stand either way: a
+            # failed flush fails the log, as it would in the flusher.
+            with contextlib.suppress(StoreFailedError):
+                self.log.flush()
+            self.backpressure_flushes += 1
+            return results
         wakeup = self._flush_wakeup
-        if wakeup is not None and self.log.dirty_bytes >= self._least_dirty:
+        if wakeup is not None and dirty >= self._least_dirty:
             wakeup.set()
         return results
 

@@ -169,6 +169,38 @@ def test_crash_models_decide_where_unflushed_bytes_live(tmp_path: Path, model: C
     asyncio.run(run())
 
 
+def test_unflushed_bytes_stay_bounded_when_appends_outrun_the_flusher(
+        tmp_path: Path) -> None:
+    """POWER keeps unflushed bytes in memory; with no flusher keeping up
+    (none started here), an append that leaves more than
+    max_unflushed_bytes unflushed flushes first: memory stays bounded, and
+    everything appended is in the files."""
+    limit = 32 * 1024
+    config = TESTING.with_(flush_mode=FlushMode.ASYNC_FLUSH, crash_model=CrashModel.POWER,
+                           max_unflushed_bytes=limit)
+    s = MessageStore.open(str(tmp_path), config)
+    appended = []
+    try:
+        for b in range(40):
+            results = s.append([message(b * 10 + i, body_size=600) for i in range(10)])
+            assert all(r.status is PutStatus.PUT_OK for r in results)
+            appended += results
+            batch_bytes = sum(r.size for r in results)
+            assert s.log.dirty_bytes <= limit + batch_bytes
+        assert s.backpressure_flushes >= 40 * 10 * 600 // (limit + 7000) - 1
+        assert s.log.flushed > 0
+    finally:
+        s.close_sync()
+    s = MessageStore.open(str(tmp_path), config)
+    try:  # a clean close flushed the rest; every record reads back
+        for r in appended:
+            assert s.log.read_record(r.offset).msg_id == r.msg_id
+    finally:
+        s.close_sync()
+    with pytest.raises(ConfigError, match="max_unflushed_bytes"):
+        TESTING.with_(max_unflushed_bytes=-1)
+
+
 def test_abort_and_checkpoint_lifecycle(tmp_path: Path) -> None:
     clock = ManualClock(wall_ms=1_712_345_678_901)
     s = MessageStore.open(str(tmp_path), TESTING, clock=clock)
