@@ -156,9 +156,9 @@ class _SendStream:
     each send's future by the result's id. When the call ends for any
     reason, every send still waiting gets the same failure — the outcome a
     failed unary Send gives (INDETERMINATE, the call's code and details) —
-    and `failure` tells the client to open a new call for the next send. A send whose own timeout
-    passes first is INDETERMINATE (DEADLINE_EXCEEDED); a late result for it
-    is dropped."""
+    and `failure` tells the client to open a new call for the next send. A
+    send whose own timeout passes first is INDETERMINATE (DEADLINE_EXCEEDED);
+    a late result for it is dropped."""
 
     def __init__(self, stub: broker_pb2_grpc.BrokerStub,
                  metadata: tuple[tuple[str, str], ...]) -> None:

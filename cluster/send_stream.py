@@ -25,8 +25,8 @@ Ordering rules:
   (for PUT_OK: after the flush and replica waits the mode promises);
 - at most `max_in_flight` requests are taken ahead of their written results
   (plus the rest of the message that reached it); at the cap the reader
-  stops reading and HTTP/2 flow control pushes back
-  on the client (bounded memory per stream);
+  stops reading and HTTP/2 flow control pushes back on the client (bounded
+  memory per stream);
 - the call ends only once every request taken has its result written: when
   the client half-closes (OK), on a request that cannot be answered
   (undecodable bytes, an opaque id already in flight: INVALID_ARGUMENT), or

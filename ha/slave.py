@@ -211,7 +211,7 @@ class HASlave:
         assert isinstance(decision, Apply)
         try:
             # No copy: the log keeps a view of the received message until it
-            # is flushed (each 1 MiB copy here was a fresh 1 MiB to fault in).
+            # is flushed (one 1 MiB copy less per range).
             new_max = self.log.append_raw(rng.offset, rng.data)
         except OffsetMismatchError as exc:
             raise StreamEnded(f"range rejected: {exc}") from None

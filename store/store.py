@@ -90,7 +90,10 @@ class _Generation:
         self.future.set_result(outcome)
         waiters, self.waiters = self.waiters, []
         for waiter in waiters:
-            waiter(outcome)
+            try:
+                waiter(outcome)
+            except Exception:  # one batch's bug must not keep the others waiting
+                _log.exception("a group-commit waiter failed")
 
 
 class _PutBatch:
