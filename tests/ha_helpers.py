@@ -56,11 +56,16 @@ def spec(directory: str, *, role: Role = Role.SYNC_MASTER, flush: str = "ASYNC_F
 
 
 @contextmanager
-def running_cluster(directory: str, **kw: Any) -> Iterator[tuple[LocalBackend, str]]:
+def running_cluster(directory: str, *, connected: bool = False, **kw: Any
+                    ) -> Iterator[tuple[LocalBackend, str]]:
+    """A local cluster for one test (`spec`'s options); with `connected`,
+    yielded once slave1's stream to the master is up."""
     backend = LocalBackend()
     token = generate_token()
     backend.up(spec(directory, **kw), token=token, timeout_s=90)
     try:
+        if connected:
+            wait_connected(backend, token)
         yield backend, token
     finally:
         backend.down()

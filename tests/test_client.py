@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from ha_helpers import client, running_cluster, status, wait_connected
+from ha_helpers import client, running_cluster, status
 
 from chaos.schema import INDETERMINATE
 from cluster.backend import Role
@@ -24,8 +24,7 @@ from cluster.procs import free_ports
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:
     with running_cluster(str(tmp_path_factory.mktemp("client")), role=Role.SYNC_MASTER,
-                         flush="SYNC_FLUSH") as (b, tok):
-        wait_connected(b, tok)
+                         flush="SYNC_FLUSH", connected=True) as (b, tok):
         yield b, tok
 
 

@@ -23,7 +23,6 @@ from ha_helpers import (
     slave_link,
     status,
     wait_caught_up,
-    wait_connected,
     wait_until,
 )
 
@@ -35,8 +34,7 @@ from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:
-    with running_cluster(str(tmp_path_factory.mktemp("auth"))) as (b, tok):
-        wait_connected(b, tok)
+    with running_cluster(str(tmp_path_factory.mktemp("auth")), connected=True) as (b, tok):
         yield b, tok
 
 

@@ -148,8 +148,7 @@ def test_master_restarted_mid_stream_is_rejoined(tmp_path: str) -> None:
 
 def test_ship_limit_flushed_ships_only_what_the_master_has_fsynced(tmp_path: str) -> None:
     with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER, ship_limit=ShipLimit.FLUSHED,
-                         master_extra=NO_FLUSH) as (b, tok):
-        wait_connected(b, tok)
+                         master_extra=NO_FLUSH, connected=True) as (b, tok):
         assert status(b, tok, "master")["ha_ship_limit"] == "flushed"
         assert {o.status for o in send_n(b, tok, 20)} == {"PUT_OK"}
         m = status(b, tok, "master")
@@ -172,8 +171,7 @@ def test_master_drops_a_paused_slave_even_with_its_sends_blocked(tmp_path: str) 
     """A slave paused in the middle of catch-up stops reading: the master's
     writes back up on HTTP/2 flow control. Housekeeping still closes the
     stream, and the resumed slave reconnects and catches up."""
-    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER) as (b, tok):
-        wait_connected(b, tok)
+    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER, connected=True) as (b, tok):
         b.pause("slave1")
         try:
             body = os.urandom(60_000)

@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 
-from ha_helpers import client, running_cluster, send_n, slave_link, wait_connected, wait_until
+from ha_helpers import client, running_cluster, send_n, slave_link, wait_until
 
 from cluster.backend import Role
 from cluster.client import AsyncNodeClient, SendOutcome, make_message
@@ -39,8 +39,7 @@ def test_paused_slave_gives_flush_slave_timeout_then_gap_then_put_ok_after_resum
     # counts as connected while the puts wait).
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER,
                          extra=("--ha-max-gap-bytes", "64KiB", "--ha-housekeeping-ms",
-                                "4000")) as (b, tok):
-        wait_connected(b, tok)
+                                "4000"), connected=True) as (b, tok):
         assert {o.status for o in send_n(b, tok, 3)} == {"PUT_OK"}
         b.pause("slave1")
         try:
@@ -70,8 +69,7 @@ def test_paused_slave_gives_flush_slave_timeout_then_gap_then_put_ok_after_resum
 
 
 def test_async_master_never_waits_for_a_slave(tmp_path: str) -> None:
-    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER) as (b, tok):
-        wait_connected(b, tok)
+    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER, connected=True) as (b, tok):
         b.pause("slave1")
         try:
             t0 = time.monotonic()
@@ -88,8 +86,8 @@ def test_async_master_never_waits_for_a_slave(tmp_path: str) -> None:
 
 
 def test_sync_master_sync_flush_waits_for_disk_and_slave_in_parallel(tmp_path: str) -> None:
-    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH") as (b, tok):
-        wait_connected(b, tok)
+    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
+                         connected=True) as (b, tok):
         outs = send_n(b, tok, 30)
         assert {o.status for o in outs} == {"PUT_OK"}
         from ha_helpers import status

@@ -32,8 +32,7 @@ METHOD = "/dlab.broker.Broker/SendStream"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:
     with running_cluster(str(tmp_path_factory.mktemp("sendstream")), role=Role.SYNC_MASTER,
-                         flush="SYNC_FLUSH") as (b, tok):
-        wait_connected(b, tok)
+                         flush="SYNC_FLUSH", connected=True) as (b, tok):
         yield b, tok
 
 
@@ -254,8 +253,7 @@ def _pending_sends(address: str, token: str, n: int, act: object) -> list[SendOu
 def test_killing_the_node_mid_stream_makes_pending_sends_indeterminate_at_once(
         tmp_path: str) -> None:
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
-                         extra=("--slave-timeout-ms", "8000")) as (b, tok):
-        wait_connected(b, tok)
+                         extra=("--slave-timeout-ms", "8000"), connected=True) as (b, tok):
         addr = b.node("master").address
         b.pause("slave1")
         t0 = time.monotonic()
@@ -279,8 +277,7 @@ def test_killing_the_node_mid_stream_makes_pending_sends_indeterminate_at_once(
 def test_stopping_the_node_answers_the_puts_it_took_then_ends_the_stream(
         tmp_path: str) -> None:
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
-                         extra=("--slave-timeout-ms", "8000")) as (b, tok):
-        wait_connected(b, tok)
+                         extra=("--slave-timeout-ms", "8000"), connected=True) as (b, tok):
         b.pause("slave1")
         t0 = time.monotonic()
         outs = _pending_sends(b.node("master").address, tok, 20, lambda: b.stop("master"))
@@ -299,8 +296,8 @@ def test_stopping_the_node_answers_the_puts_it_took_then_ends_the_stream(
 
 
 def test_puts_a_client_abandons_still_complete_in_the_store(tmp_path: str) -> None:
-    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH") as (b, tok):
-        wait_connected(b, tok)
+    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
+                         connected=True) as (b, tok):
         b.pause("slave1")
         try:
             async def go() -> list[SendOutcome]:
