@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
@@ -40,7 +39,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -51,6 +49,7 @@ from cluster.backend import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeS
 from cluster.docker_engine import EngineUnavailableError, connect
 from cluster.local import MALLOC_ENV, spec_from_dict, spec_to_dict
 from cluster.procs import free_ports
+from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
 
 if TYPE_CHECKING:
     import docker
@@ -60,9 +59,7 @@ log = logging.getLogger("dlab.compose")
 # Node images brought up to date by this process (see _ensure_image).
 _IMAGES_CHECKED: set[str] = set()
 
-STATE_FILE = "cluster.json"
 COMPOSE_FILE = "compose.yml"
-STATE_VERSION = 1
 NODE_PORT = 7000  # inside every container
 MASTER_ALIAS = "repl-master"  # the master's name on the `repl` network only
 STOP_TIMEOUT_S = 30
@@ -158,7 +155,7 @@ def compose_command() -> list[str]:
                        "one (e.g. the docker-compose package) to use --backend compose")
 
 
-class ComposeBackend:
+class ComposeBackend(ClusterDir):
     name = "compose"
 
     def __init__(self, directory: str | None = None, *, image: str | None = None,
@@ -182,48 +179,6 @@ class ComposeBackend:
             except EngineUnavailableError as exc:
                 raise BackendError(str(exc)) from None
         return self._client
-
-    def _dir(self) -> str:
-        if self.directory is None:
-            raise BackendError("no cluster directory: call up() first or pass the directory")
-        return self.directory
-
-    def _path(self, *parts: str) -> str:
-        return os.path.join(self._dir(), *parts)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        os.makedirs(self._dir(), exist_ok=True)
-        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            with open(self._path(STATE_FILE)) as f:
-                state: dict[str, Any] = json.load(f)
-        except FileNotFoundError:
-            raise BackendError(f"no cluster in {self._dir()}; start one with "
-                               f"`dlab cluster up --backend compose --dir {self._dir()}`"
-                               ) from None
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"cannot read {self._path(STATE_FILE)}: {exc}") from None
-        if state.get("backend") != self.name or state.get("version") != STATE_VERSION:
-            raise BackendError(f"{self._path(STATE_FILE)} is a {state.get('backend')} cluster "
-                               f"(version {state.get('version')}), not a compose one")
-        return state
-
-    def _save(self, state: dict[str, Any]) -> None:
-        tmp = self._path(STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(STATE_FILE))
 
     def _write_compose_file(self, state: dict[str, Any]) -> None:
         doc = compose_document(project=state["project"], directory=self._dir(),

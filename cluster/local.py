@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -41,9 +39,8 @@ from cluster.backend import (
     SlaveAheadPolicy,
 )
 from cluster.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
+from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
 
-STATE_FILE = "cluster.json"
-STATE_VERSION = 1
 HOST = "127.0.0.1"
 STOP_TIMEOUT_S = 30.0
 
@@ -66,7 +63,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     return NodeSpec(**d)
 
 
-class LocalBackend:
+class LocalBackend(ClusterDir):
     name = "local"
 
     def __init__(self, directory: str | None = None, *, python: str | None = None) -> None:
@@ -74,49 +71,6 @@ class LocalBackend:
         also set it). `python`: the interpreter that runs `dlab node`."""
         self.directory = os.path.abspath(directory) if directory else None
         self.python = python or sys.executable
-
-    # ------------------------------------------------------------ state io
-    def _dir(self) -> str:
-        if self.directory is None:
-            raise BackendError("no cluster directory: call up() first or pass the directory")
-        return self.directory
-
-    def _path(self, *parts: str) -> str:
-        return os.path.join(self._dir(), *parts)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        os.makedirs(self._dir(), exist_ok=True)
-        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            with open(self._path(STATE_FILE)) as f:
-                state: dict[str, Any] = json.load(f)
-        except FileNotFoundError:
-            raise BackendError(f"no cluster in {self._dir()}; start one with "
-                               f"`dlab cluster up --dir {self._dir()}`") from None
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"cannot read {self._path(STATE_FILE)}: {exc}") from None
-        if state.get("version") != STATE_VERSION:
-            raise BackendError(f"{self._path(STATE_FILE)} has version {state.get('version')}, "
-                               f"this dlab writes {STATE_VERSION}; `down` it with the dlab "
-                               "that made it")
-        return state
-
-    def _save(self, state: dict[str, Any]) -> None:
-        tmp = self._path(STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(STATE_FILE))
 
     # ------------------------------------------------------------------ up
     def up(self, spec: ClusterSpec, *, token: str, timeout_s: float = 60.0) -> list[NodeInfo]:

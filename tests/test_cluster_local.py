@@ -132,6 +132,22 @@ def test_up_with_bad_arguments_is_refused(tmp_path: str) -> None:
     fails("cluster", "status", "--dir", d, message="no cluster in")
 
 
+def test_a_state_file_from_another_backend_or_dlab_is_refused(tmp_path: str) -> None:
+    """A cluster directory written by the compose backend, or by a dlab with
+    another state version, is refused with what to do, never misread."""
+    d = os.path.join(tmp_path, "other")
+    os.makedirs(d)
+    with open(os.path.join(d, "cluster.json"), "w") as f:
+        json.dump({"version": 1, "backend": "compose"}, f)
+    with pytest.raises(BackendError, match="is a compose cluster, not a local one"):
+        LocalBackend(d).nodes()
+    with open(os.path.join(d, "cluster.json"), "w") as f:
+        json.dump({"version": 99, "backend": "local"}, f)
+    with pytest.raises(BackendError, match="has version 99"):
+        LocalBackend(d).nodes()
+    fails("cluster", "status", "--dir", d, message="has version 99")
+
+
 def test_a_lost_link_proxy_comes_back_with_its_slave(cdir: str) -> None:
     backend = LocalBackend(cdir)
     old = backend.node("slave1").extra["proxy_pid"]

@@ -1,0 +1,71 @@
+"""A cluster directory as every backend keeps it: `cluster.json` (the
+cluster's state, replaced atomically), `cluster.lock` (held while the state
+is read and changed, so concurrent `dlab cluster` commands take turns) and
+the paths under it.
+
+A backend class mixes in ClusterDir and sets `directory` and `name`."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from cluster.backend import BackendError
+
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+
+
+class ClusterDir:
+    directory: str | None
+    name: str  # the backend's name, recorded in the state as "backend"
+
+    def _dir(self) -> str:
+        if self.directory is None:
+            raise BackendError("no cluster directory: call up() first or pass the directory")
+        return self.directory
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self._dir(), *parts)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        os.makedirs(self._dir(), exist_ok=True)
+        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _load(self) -> dict[str, Any]:
+        path = self._path(STATE_FILE)
+        try:
+            with open(path) as f:
+                state: dict[str, Any] = json.load(f)
+        except FileNotFoundError:
+            backend = "" if self.name == "local" else f" --backend {self.name}"
+            raise BackendError(f"no cluster in {self._dir()}; start one with "
+                               f"`dlab cluster up{backend} --dir {self._dir()}`") from None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"cannot read {path}: {exc}") from None
+        if state.get("version") != STATE_VERSION:
+            raise BackendError(f"{path} has version {state.get('version')}, this dlab writes "
+                               f"{STATE_VERSION}; `down` it with the dlab that made it")
+        if state.get("backend", "local") != self.name:
+            raise BackendError(f"{path} is a {state.get('backend')} cluster, not a {self.name} "
+                               f"one; use --backend {state.get('backend')}")
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        tmp = self._path(STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path(STATE_FILE))
