@@ -115,7 +115,7 @@ class Node:
         self._health = health.aio.HealthServicer()
         self._stopping = False
         self._open_batch: _Batch | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._unanswered: set[_Batch] = set()  # appended, waiting for their promises
         self._send_sessions: set[SendSession] = set()
         self._offset_sync: asyncio.Task[None] | None = None
         self._offset_sync_state: consume_service.OffsetSyncState | None = None
@@ -194,9 +194,11 @@ class Node:
             self._offset_sync.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._offset_sync
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        # Puts still waiting for their flush or replica (each wait ends by
+        # its own timeout at the latest): answered before the store closes.
+        deadline = asyncio.get_running_loop().time() + 30
+        while self._unanswered and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
         if self.store is not None:
             await self.store.close()
             log.info("store closed cleanly (abort marker removed), wrote=%d",
@@ -264,30 +266,33 @@ class Node:
         results = store.append(batch.messages)
         if self.ha_master is not None:
             self.ha_master.notify_appended()
-        task = asyncio.get_running_loop().create_task(self._finish(batch, results))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _finish(self, batch: _Batch, results: list[PutResult]) -> None:
         try:
-            await self._wait_promises(batch, results)
-        except Exception as exc:  # a bug must not leave producers hanging
-            log.exception("put path failed")
-            batch.deliver([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
-                           if r.status is PutStatus.PUT_OK else r for r in results])
+            self._answer_when_kept(batch, results)
+        except Exception as exc:
+            self._put_path_failed(batch, results, exc)
 
-    async def _wait_promises(self, batch: _Batch, results: list[PutResult]) -> None:
+    def _put_path_failed(self, batch: _Batch, results: list[PutResult], exc: Exception) -> None:
+        # A bug must not leave producers hanging.
+        log.error("put path failed", exc_info=exc)
+        batch.deliver([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
+                       if r.status is PutStatus.PUT_OK else r for r in results])
+        self._unanswered.discard(batch)
+
+    def _answer_when_kept(self, batch: _Batch, results: list[PutResult]) -> None:
         """Answer the batch's submitters as the mode promises: after the
         flush wait and the replica wait, run in parallel (the worse status
         wins). A submitter none of whose puts waits for a slave (refused
         SLAVE_NOT_AVAILABLE, or failed) is answered once the flush wait is
-        over, without waiting for the others' replica wait."""
+        over, without waiting for the others' replica wait. Callbacks all
+        the way (no task per batch: each task cost the put a loop
+        iteration)."""
         store = self.store
         assert store is not None
         ok = [r for r in results if r.status is PutStatus.PUT_OK]
         if not ok:
             batch.deliver(results)
             return
+        self._unanswered.add(batch)
         end = max(r.end for r in ok)
         ha = self.ha_master if self.role == Role.SYNC_MASTER else None
         replica_ok: dict[int, bool] = {}
@@ -298,15 +303,32 @@ class Node:
             ends = [r.end for r in ok if replica_ok[r.offset]]
             if ends:
                 # Resolved by the HA reader's callbacks: it progresses while
-                # this coroutine waits for the flush (the two run in parallel).
+                # the flush is waited for (the two run in parallel).
                 replica = ha.wait_replicated(max(ends))
-        flush_status = await store.wait_flushed(end)
-        if replica is not None and not replica.done():
-            batch.deliver(self._statuses(results, flush_status, PutStatus.PUT_OK, replica_ok),
-                          only=lambda rs: not any(replica_ok.get(r.offset) for r in rs
-                                                  if r.status is PutStatus.PUT_OK))
-        replica_status = PutStatus.PUT_OK if replica is None else await replica
-        batch.deliver(self._statuses(results, flush_status, replica_status, replica_ok))
+
+        def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
+            try:
+                batch.deliver(self._statuses(results, flush_status, replica_status, replica_ok))
+                self._unanswered.discard(batch)
+            except Exception as exc:
+                self._put_path_failed(batch, results, exc)
+
+        def flushed(flush_status: PutStatus) -> None:
+            try:
+                if replica is None:
+                    finish(flush_status, PutStatus.PUT_OK)
+                elif replica.done():
+                    finish(flush_status, replica.result())
+                else:
+                    batch.deliver(
+                        self._statuses(results, flush_status, PutStatus.PUT_OK, replica_ok),
+                        only=lambda rs: not any(replica_ok.get(r.offset) for r in rs
+                                                if r.status is PutStatus.PUT_OK))
+                    replica.add_done_callback(lambda f: finish(flush_status, f.result()))
+            except Exception as exc:
+                self._put_path_failed(batch, results, exc)
+
+        store.on_flushed(end, flushed)
 
     def _statuses(self, results: list[PutResult], flush_status: PutStatus,
                   replica_status: PutStatus, replica_ok: dict[int, bool]) -> list[PutResult]:

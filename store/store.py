@@ -663,6 +663,18 @@ class MessageStore:
             wakeup.set()
         return results
 
+    def on_flushed(self, end: int, done: Callable[[PutStatus], None]) -> None:
+        """wait_flushed as a callback: `done` gets the status once, from the
+        loop (at once when the mode waits for nothing or `flushed` already
+        covers `end`). No task and no coroutine, for the node's put path."""
+        if self.config.flush_mode != FlushMode.SYNC_FLUSH:
+            done(PutStatus.PUT_OK)
+            return
+        if self._group is None:
+            raise RuntimeError("store.start() was not called")
+        deadline = self._group.loop.time() + self.config.sync_flush_timeout_ms / 1000
+        self._flush_callback(end, done, deadline)
+
     async def wait_flushed(self, end: int) -> PutStatus:
         """PUT_OK once `flushed` covers `end`. Under SYNC_FLUSH waits for the
         group commit (FLUSH_DISK_TIMEOUT after sync_flush_timeout_ms;
