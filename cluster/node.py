@@ -324,7 +324,10 @@ class Node:
                         self._statuses(results, flush_status, PutStatus.PUT_OK, replica_ok),
                         only=lambda rs: not any(replica_ok.get(r.offset) for r in rs
                                                 if r.status is PutStatus.PUT_OK))
-                    replica.add_done_callback(lambda f: finish(flush_status, f.result()))
+                    # Never cancelled today; if it were, no slave acknowledged.
+                    replica.add_done_callback(lambda f: finish(
+                        flush_status, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled()
+                        else f.result()))
             except Exception as exc:
                 self._put_path_failed(batch, results, exc)
 
