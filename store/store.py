@@ -70,24 +70,23 @@ class RecoveryReport:
 
 
 class _Generation:
-    """The puts waiting for one group-commit flush share it: one future for
-    awaiting callers (wait_flushed) and a list of callbacks run at once when
-    the flush resolves it (put batches: no extra loop iteration through the
-    future's callbacks)."""
+    """The puts waiting for one group-commit flush share it: callbacks run
+    at once, on the loop, when the flush resolves it (one wake-up per flush,
+    no extra loop iteration)."""
 
-    __slots__ = ("future", "timer", "waiters")
+    __slots__ = ("resolved", "timer", "waiters")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[str] = loop.create_future()
+    def __init__(self) -> None:
+        self.resolved = False
         self.timer: asyncio.TimerHandle | None = None
         self.waiters: list[Callable[[str], None]] = []
 
     def resolve(self, outcome: str) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        if self.future.done():
+        if self.resolved:
             return
-        self.future.set_result(outcome)
+        self.resolved = True
         waiters, self.waiters = self.waiters, []
         for waiter in waiters:
             try:
@@ -111,14 +110,9 @@ class _PutBatch:
     def finish(self, results: list[PutResult], status: PutStatus, detail: str) -> None:
         """Hand each put its result; a PUT_OK record takes `status` (the
         flush's) when that is worse."""
-        if status is PutStatus.PUT_OK:
-            for fut, r in zip(self.waiting, results, strict=True):
-                if not fut.done():
-                    fut.set_result(r)
-            return
         for fut, r in zip(self.waiting, results, strict=True):
             if not fut.done():
-                fut.set_result(r if r.status is not PutStatus.PUT_OK
+                fut.set_result(r if status is PutStatus.PUT_OK or r.status is not PutStatus.PUT_OK
                                else r._replace(status=status, detail=detail))
 
 
@@ -161,7 +155,7 @@ class _GroupCommit:
     def join_generation(self) -> _Generation:
         gen = self.open
         if gen is None:
-            gen = self.open = _Generation(self.loop)
+            gen = self.open = _Generation()
             if self.inline:
                 self.loop.call_soon(self._flush_when_idle, False)
                 return gen
@@ -664,9 +658,10 @@ class MessageStore:
         return results
 
     def on_flushed(self, end: int, done: Callable[[PutStatus], None]) -> None:
-        """wait_flushed as a callback: `done` gets the status once, from the
-        loop (at once when the mode waits for nothing or `flushed` already
-        covers `end`). No task and no coroutine, for the node's put path."""
+        """The flush wait as a callback (wait_flushed awaits it; the node's
+        put path and put() use it directly, with no task or coroutine):
+        `done` gets the status once, from the loop, at once when the mode
+        waits for nothing or `flushed` already covers `end`."""
         if self.config.flush_mode != FlushMode.SYNC_FLUSH:
             done(PutStatus.PUT_OK)
             return
@@ -680,29 +675,14 @@ class MessageStore:
         group commit (FLUSH_DISK_TIMEOUT after sync_flush_timeout_ms;
         SERVICE_NOT_AVAILABLE if the flush failed). Under ASYNC_FLUSH returns
         PUT_OK at once: the mode promises nothing about the disk."""
-        if self.config.flush_mode != FlushMode.SYNC_FLUSH:
-            return PutStatus.PUT_OK
-        group = self._group
-        if group is None:
-            raise RuntimeError("store.start() was not called")
-        timeout_s = self.config.sync_flush_timeout_ms / 1000
-        deadline: float | None = None
-        while self.log.flushed < end:
-            gen = group.join_generation()
-            if gen.timer is None:
-                # One timer per generation: puts that join later get at most
-                # one flush cycle less than sync_flush_timeout_ms.
-                gen.timer = group.loop.call_later(timeout_s, gen.resolve, "timeout")
-            outcome = await gen.future
-            if outcome == "failed":
-                return PutStatus.SERVICE_NOT_AVAILABLE
-            if outcome == "timeout" and self.log.flushed < end:
-                return PutStatus.FLUSH_DISK_TIMEOUT
-            if deadline is None:
-                deadline = group.loop.time() + timeout_s
-            elif group.loop.time() > deadline:
-                return PutStatus.FLUSH_DISK_TIMEOUT
-        return PutStatus.PUT_OK
+        fut: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
+
+        def done(status: PutStatus) -> None:
+            if not fut.done():  # the caller may have been cancelled
+                fut.set_result(status)
+
+        self.on_flushed(end, done)
+        return await fut
 
     async def put(self, message: Message) -> PutResult:
         """Append one message and wait as the flush mode says.
@@ -739,19 +719,15 @@ class MessageStore:
             if r.status is PutStatus.PUT_OK:
                 end = r.offset + r.size
                 break
-        if not end or self.config.flush_mode != FlushMode.SYNC_FLUSH:
+        if not end:
             batch.finish(results, PutStatus.PUT_OK, "")
             return
-        group = self._group
-        if group is None:
-            raise RuntimeError("store.start() was not called")
-        deadline = group.loop.time() + self.config.sync_flush_timeout_ms / 1000
 
         def done(status: PutStatus) -> None:
             batch.finish(results, status, "" if status is PutStatus.PUT_OK
                          else self.log.failed or "")
 
-        self._flush_callback(end, done, deadline)
+        self.on_flushed(end, done)
 
     def _flush_callback(self, end: int, done: Callable[[PutStatus], None],
                         deadline: float) -> None:
@@ -765,6 +741,8 @@ class MessageStore:
             return
         gen = group.join_generation()
         if gen.timer is None:
+            # One timer per generation: puts that join later get at most one
+            # flush cycle less than sync_flush_timeout_ms.
             gen.timer = group.loop.call_at(deadline, gen.resolve, "timeout")
 
         def on_flush(outcome: str) -> None:
