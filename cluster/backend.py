@@ -159,8 +159,10 @@ def backend_of(directory: str) -> ClusterBackend:
     import json
     import os
 
+    from cluster.state_dir import STATE_FILE
+
     try:
-        with open(os.path.join(directory, "cluster.json"), encoding="utf-8") as f:
+        with open(os.path.join(directory, STATE_FILE), encoding="utf-8") as f:
             name = json.load(f).get("backend", "local")
     except (OSError, ValueError):
         name = "local"

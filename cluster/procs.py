@@ -21,16 +21,30 @@ class ProcId:
     start_time: int  # /proc/PID/stat field 22 (clock ticks since boot)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time) of pid, or None if there is no such process."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (state) on, or None if there is no such
+    process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read().decode("ascii", "replace")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
-    rest = raw[raw.rindex(")") + 2:].split()
-    return rest[0], int(rest[19])
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time) of pid, or None if there is no such process."""
+    rest = _stat_fields(pid)
+    return None if rest is None else (rest[0], int(rest[19]))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used."""
+    rest = _stat_fields(pid)
+    if rest is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_state(proc: ProcId | None) -> str:

@@ -65,7 +65,7 @@ from cluster.client import (
     make_message,
 )
 from cluster.local import LocalBackend, node_env
-from cluster.procs import free_ports, proc_state, send_signal, spawn, wait_state
+from cluster.procs import cpu_seconds, free_ports, proc_state, send_signal, spawn, wait_state
 from cluster.sendload import percentile
 from ha import bench_peer
 from ha.config import HAConfig
@@ -90,11 +90,7 @@ def _emit(title: str, rows: list[tuple[str, str]], figures: dict[str, Any]) -> N
 def _cpu_s(pid: int | None = None) -> float:
     """CPU seconds (user + system, every thread) used so far by process
     `pid` (Linux /proc), or by this process."""
-    if pid is None:
-        return time.process_time()
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return time.process_time() if pid is None else cpu_seconds(pid)
 
 
 def _cores() -> int:
