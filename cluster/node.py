@@ -124,8 +124,11 @@ class Node:
     async def start(self) -> None:
         cfg = self.config
         host, _, port = cfg.listen.rpartition(":")
+        # A slave's log is read back only when something fails over to it:
+        # it drops what it has flushed from the page cache (StoreConfig).
         store_cfg = cfg.store.with_(store_host=(host if host != "0.0.0.0" else "127.0.0.1",
-                                                int(port)))
+                                                int(port)),
+                                    drop_flushed_pages=cfg.role == Role.SLAVE)
         self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
                                        failpoints=self.failpoints)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)

@@ -148,6 +148,12 @@ class CommitLog:
         self._flush_failed = False
         self.fsyncs = 0
         self.failpoints = failpoints
+        # drop_flushed_pages: how far the page cache was dropped, and the
+        # offset below which nothing will soon read the log (the store sets
+        # it to its consume-queue reput position, which reads every record
+        # once: its pages must not be dropped before it has).
+        self._dropped_to = end
+        self.cold_below: Callable[[], int] = lambda: self.flushed
         self._check()
 
     # ---------------------------------------------------------------- state
@@ -441,6 +447,8 @@ class CommitLog:
                 for seg in touched.values():
                     seg.sync()
                 self.fsyncs += 1
+                if self.config.drop_flushed_pages:
+                    self._drop_pages(min(target, self.cold_below()))
             except OSError as exc:
                 with self._lock:
                     self._fail(exc, "flush")
@@ -465,6 +473,24 @@ class CommitLog:
             with contextlib.suppress(OSError):
                 self.checkpoint.update(last_ts)
             return target
+
+    def _drop_pages(self, end: int) -> None:
+        """Let the kernel drop the page cache of the log up to `end` (fsynced,
+        so clean; called under the flush lock): the next writes take these
+        pages while the host still backs them, instead of fresh ones (on this
+        lab's VMs a page taken from free memory costs a host fault: 1.5-3.0
+        CPU-s per GiB written, against 0.35 for pages just freed). Pages only
+        partly below `end` are kept (the kernel rounds inwards), so the next
+        append to the last page never reads it back. Advice only: an error
+        changes nothing."""
+        pos = max(self._dropped_to, self.min_offset)
+        while pos < end:
+            seg = self._segment_for(pos)
+            hi = min(end, seg.end)
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(seg.fd, pos - seg.start, hi - pos, os.POSIX_FADV_DONTNEED)
+            pos = hi
+        self._dropped_to = max(self._dropped_to, end)
 
     def _zero_ahead(self, seg: Segment, pos: int) -> None:
         """Keep zeros written (not merely allocated) up to ZERO_AHEAD_BYTES
@@ -603,6 +629,7 @@ class CommitLog:
             self.segments = [s for s in self.segments if s.start <= seg_start]
             self._starts = [s.start for s in self.segments]
             self.wrote = self.flushed = self.in_file = offset
+            self._dropped_to = min(self._dropped_to, offset)
             self._queue_offsets.clear()
             self._check()
 

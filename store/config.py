@@ -73,6 +73,11 @@ class StoreConfig:
     # bounded when appends outrun the disk (RocketMQ's transient store pool
     # is a fixed set of buffers too). 0: no bound.
     max_unflushed_bytes: int = 256 * MIB
+    # After each flush, drop the flushed pages from the page cache
+    # (POSIX_FADV_DONTNEED). For a slave, whose log is read back only when
+    # something fails over to it: its next writes reuse those pages instead
+    # of taking fresh memory (CommitLog._drop_pages says why that matters).
+    drop_flushed_pages: bool = False
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:

@@ -387,6 +387,7 @@ class MessageStore:
         self.consumer_offsets = offsets
         self._reput_lock = threading.Lock()
         self._reput_at = queues.reput_start(self.log.min_offset, floor=floor)
+        self.log.cold_below = lambda: self._reput_at
         self.reput_from = self._reput_at  # where open-time re-dispatch started
         try:
             notes = self._rebuild()
@@ -781,6 +782,7 @@ class MessageStore:
             "wrote": pos.wrote,
             "crash_model": pos.crash_model,
             "flush_mode": self.config.flush_mode.value,
+            "drop_flushed_pages": self.config.drop_flushed_pages,
             "segment_size_bytes": self.config.segment_size_bytes,
             "failed": pos.failed,
             "consume_queue_error": self.queues.write_error,

@@ -13,6 +13,7 @@ import time
 
 from ha_helpers import (
     NO_FLUSH,
+    SEGMENT,
     client,
     commitlog_bytes,
     log_text,
@@ -27,6 +28,7 @@ from ha_helpers import (
 
 from cluster.backend import BackendError, Role, ShipLimit
 from cluster.client import make_message
+from ha.slave import UNFLUSHED_READ_LIMIT
 
 
 def _assert_identical(backend: object, master_dir: str, slave_dir: str) -> None:
@@ -186,3 +188,27 @@ def test_master_drops_a_paused_slave_even_with_its_sends_blocked(tmp_path: str) 
         finally:
             b.resume("slave1")
         wait_caught_up(b, tok, timeout_s=60)
+
+
+def test_a_slave_holds_little_unflushed_even_when_it_never_flushes_by_itself(
+        tmp_path: str) -> None:
+    """Under the power model a slave holds the ranges it applied but has not
+    flushed in memory. Past UNFLUSHED_READ_LIMIT it stops reading ranges
+    until a flush has written them: a slave with no flush schedule of its
+    own, catching up a 44 MiB backlog, ends with at most that much (plus one
+    range) unflushed; without the limit it would hold all of it."""
+    with running_cluster(str(tmp_path), role=Role.ASYNC_MASTER,
+                         slave_extra=NO_FLUSH) as (b, tok):
+        b.stop("slave1")
+        body = os.urandom(60_000)
+        with client(b, tok) as c:
+            for i in range(48):  # 48 x 16 x 60 KB = 44 MiB
+                outs = c.send_batch([make_message("t", body, msg_id=f"u{i}-{k}")
+                                     for k in range(16)])
+                assert {o.status for o in outs} == {"PUT_OK"}
+        b.start("slave1")
+        wrote = wait_caught_up(b, tok, timeout_s=60)
+        assert wrote > UNFLUSHED_READ_LIMIT + 8 * 1024 * 1024
+        slave = status(b, tok, "slave1")
+        assert slave["flushed"] > 0, "the slave flushed nothing: it read without a limit"
+        assert wrote - slave["flushed"] <= UNFLUSHED_READ_LIMIT + SEGMENT
