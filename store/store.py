@@ -266,6 +266,12 @@ class MessageStore:
         self._closing = False
         self._closed = False
         self._group: _GroupCommit | None = None
+        # The loop start() ran on: the store's services and group commit
+        # live there, and put() runs there. Kept because CPython 3.11's
+        # asyncio.get_running_loop() makes a getpid() system call each time
+        # (it checks for a fork): a tenth of the loop's time in a group-commit
+        # profile, called once per put.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_wakeup: asyncio.Event | None = None  # ASYNC_FLUSH, not flush_timed
         self._least_dirty = config.flush_least_pages * config.page_size_bytes
         self.backpressure_flushes = 0  # appends that flushed (max_unflushed_bytes)
@@ -439,8 +445,9 @@ class MessageStore:
 
     # --------------------------------------------------------------- service
     async def start(self) -> None:
-        """Start the flush service for the configured mode."""
-        loop = asyncio.get_running_loop()
+        """Start the flush service for the configured mode (on this loop,
+        where put() must then be called)."""
+        loop = self._loop = asyncio.get_running_loop()
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
             self._group = _GroupCommit(
                 self.log, loop, inline=not self.failpoints.armed("before_flush_sync"))
@@ -676,7 +683,8 @@ class MessageStore:
         group commit (FLUSH_DISK_TIMEOUT after sync_flush_timeout_ms;
         SERVICE_NOT_AVAILABLE if the flush failed). Under ASYNC_FLUSH returns
         PUT_OK at once: the mode promises nothing about the disk."""
-        fut: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[PutStatus] = (self._loop or asyncio.get_running_loop()
+                                          ).create_future()
 
         def done(status: PutStatus) -> None:
             if not fut.done():  # the caller may have been cancelled
@@ -693,7 +701,7 @@ class MessageStore:
         appends them with one lock and one buffer (what put_batch does) and
         waits for the flush once for all of them. Each put still gets its
         own offset and status."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         batch = self._open_batch
         if batch is None or len(batch.messages) >= self._max_coalesce:
             batch = self._open_batch = _PutBatch()
