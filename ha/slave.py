@@ -159,6 +159,7 @@ class HASlave:
 
     # ------------------------------------------------------------ stream
     async def _serve(self, call: grpc.aio.StreamStreamCall) -> None:
+        loop = asyncio.get_running_loop()
         now = self.clock.monotonic()
         session = SlaveSession(self.log.wrote, self.config, now=now)
         want_report = asyncio.Event()
@@ -202,6 +203,13 @@ class HASlave:
                 else:
                     await self._on_truncate(session, frame, now)
                 want_report.set()
+                if isinstance(frame, frames.RangeFrame) and frame.data:
+                    # Dispatch the range into the consume queues soon, while
+                    # its bytes are in memory (RocketMQ's reput runs every
+                    # millisecond), but after the report is on its way: the
+                    # store drops a slave's flushed pages once reput has
+                    # read them.
+                    loop.call_soon(self.store.reput)
                 if self._held_unflushed() > self._read_limit:
                     await self._wait_for_flush()
         except (StreamEnded, grpc.aio.AioRpcError) as exc:
@@ -234,10 +242,6 @@ class HASlave:
                               f"appended: {exc}") from None
         session.applied(new_max)
         self.failpoints.hit("slave_after_append_before_report")
-        # Dispatch the range into the consume queues now, while its bytes
-        # are in memory (RocketMQ's reput runs every millisecond): the store
-        # drops a slave's flushed pages only once reput has read them.
-        self.store.reput()
         self._kick_flush()
 
     async def _on_truncate(self, session: SlaveSession, tr: frames.TruncateFrame, now: float

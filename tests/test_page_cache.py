@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from store_helpers import message, reopen
 
+from store.commitlog import DROP_PAGES_STEP
 from store.config import KIB, MIB, TESTING, CrashModel
 from store.segments import segment_name
 from store.store import MessageStore
@@ -46,7 +47,7 @@ def resident(path: Path) -> list[bool]:
         os.close(fd)
 
 
-CONFIG = TESTING.with_(segment_size_bytes=4 * MIB, max_message_size_bytes=64 * KIB)
+CONFIG = TESTING.with_(segment_size_bytes=16 * MIB, max_message_size_bytes=64 * KIB)
 
 
 def _cached_share(path: Path, start: int, end: int) -> float:
@@ -62,18 +63,17 @@ def _append(store: MessageStore, first: int, n: int) -> None:
 @pytest.mark.parametrize("crash_model", [CrashModel.POWER, CrashModel.PROCESS])
 def test_flushed_pages_leave_the_page_cache_and_records_read_back(
         tmp_path: Path, crash_model: CrashModel) -> None:
-    """The kernel drops whole folios only, and its page cache may cache a
-    large write in folios of up to hundreds of KiB; so the check is on the
-    share of pages cached: all of them in the control, at most half when
-    dropped (a folio straddling the flushed end stays)."""
+    """The store drops whole 2 MiB steps (DROP_PAGES_STEP), so the check is
+    on the share of pages cached: all of them in the control, at most half
+    when dropped (the part past the last whole step stays)."""
     shares = {}
     for drop in (False, True):
         path = tmp_path / str(drop)
         store = MessageStore.open(str(path), CONFIG.with_(crash_model=crash_model,
                                                           drop_flushed_pages=drop))
         try:
-            for k in range(4):  # 4 x 128 records of ~4 KiB, each reput and flushed
-                _append(store, 128 * k, 128)
+            for k in range(4):  # 4 x 512 records of ~4 KiB, each reput and flushed
+                _append(store, 512 * k, 512)
                 store.reput()  # the consume queues read every record once first
                 store.log.flush()
             shares[drop] = _cached_share(path, 0, store.log.flushed)
@@ -81,7 +81,7 @@ def test_flushed_pages_leave_the_page_cache_and_records_read_back(
             store.close_sync()
         records, _ = reopen(path, CONFIG)
         assert [r.properties["UNIQ_KEY"] for r in records] == \
-            [f"m{i:06d}" for i in range(512)]
+            [f"m{i:06d}" for i in range(2048)]
     assert shares[False] == 1.0, "control: a store that keeps its pages has them cached"
     assert shares[True] <= 0.5, f"{shares[True]:.0%} still cached after the flushes"
 
@@ -89,13 +89,14 @@ def test_flushed_pages_leave_the_page_cache_and_records_read_back(
 def test_pages_reput_has_not_read_stay_cached(tmp_path: Path) -> None:
     store = MessageStore.open(str(tmp_path), CONFIG.with_(drop_flushed_pages=True))
     try:
-        _append(store, 0, 256)
+        _append(store, 0, 1024)  # ~4.2 MB: two whole 2 MiB steps
         store.log.flush()  # the reput has not read these records yet
-        unread_end = store.log.flushed
-        assert _cached_share(tmp_path, 0, unread_end) == 1.0
+        assert _cached_share(tmp_path, 0, store.log.flushed) == 1.0
         store.reput()
-        _append(store, 256, 1)
+        _append(store, 1024, 1)
         store.log.flush()  # now it has
-        assert _cached_share(tmp_path, 0, unread_end) <= 0.5
+        assert _cached_share(tmp_path, 0, 2 * DROP_PAGES_STEP) == 0.0
+        assert _cached_share(tmp_path, 2 * DROP_PAGES_STEP, store.log.flushed) == 1.0, \
+            "the part past the last whole step stays cached"
     finally:
         store.close_sync()
