@@ -31,7 +31,7 @@ from store import native as native_codec
 from store.checkpoint import CheckpointFile, read_checkpoint
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segments
-from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
+from store.config import KIB, ConfigError, CrashModel, FlushMode, StoreConfig
 from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.failpoints import DISARMED, Failpoints
@@ -116,6 +116,13 @@ class _PutBatch:
                                else r._replace(status=status, detail=detail))
 
 
+# A flush with more than this to write runs on the flush thread even when the
+# loop is idle: an fsync of a few puts is worth running inline (no
+# cross-thread wake-up), copying megabytes into the page cache is not (a
+# catching-up slave stopped receiving while the loop wrote its ranges).
+INLINE_FLUSH_MAX_BYTES = 256 * KIB
+
+
 class _GroupCommit:
     """SYNC_FLUSH group commit: on the event loop when it is idle, else on a
     flush thread.
@@ -178,8 +185,9 @@ class _GroupCommit:
     def _flush_when_idle(self, retried: bool) -> None:
         if self._stop or self.open is None:
             return
-        if self._busy or self._loop_has_work():
-            if self._busy or retried:
+        big = self.log.dirty_bytes > INLINE_FLUSH_MAX_BYTES
+        if self._busy or big or self._loop_has_work():
+            if self._busy or big or retried:
                 self._kick.set()
             else:
                 self.loop.call_soon(self._flush_when_idle, True)

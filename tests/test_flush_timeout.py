@@ -1,18 +1,21 @@
 """FLUSH_DISK_TIMEOUT: a SYNC_FLUSH put whose fsync does not finish within
 sync_flush_timeout_ms reports the timeout (the message is stored, not
 guaranteed), and the store carries on once the disk is fast again. The slow
-disk is a real stall of the flush thread before its fsync (a failpoint)."""
+disk is a real stall of the flush thread before its fsync (a failpoint).
+Also where group commit flushes: small flushes on the idle loop, large ones
+on the flush thread."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
-from store.config import TESTING, FlushMode
+from store.config import KIB, MIB, TESTING, FlushMode
 from store.failpoints import Failpoints
 from store.record import Message
 from store.status import PutStatus
-from store.store import MessageStore
+from store.store import INLINE_FLUSH_MAX_BYTES, MessageStore
 
 
 def test_slow_fsync_gives_flush_disk_timeout_then_recovers(tmp_path: str) -> None:
@@ -47,3 +50,34 @@ def test_slow_fsync_gives_flush_disk_timeout_then_recovers(tmp_path: str) -> Non
         s.close_sync()
     assert sorted(ids) == sorted([f"slow{i}" for i in range(8)] + ["fast"])
     assert flushed == s.log.wrote
+
+
+def test_an_idle_loop_flushes_a_few_puts_itself_and_hands_megabytes_to_the_thread(
+        tmp_path: str) -> None:
+    """Group commit runs a small flush on the idle event loop (no
+    cross-thread wake-up) and a flush of more than INLINE_FLUSH_MAX_BYTES on
+    the flush thread, so the loop never stops to copy megabytes."""
+    cfg = TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH, segment_size_bytes=16 * MIB,
+                        max_message_size_bytes=64 * KIB)
+    flushed_on: list[str] = []
+
+    async def scenario() -> None:
+        store = MessageStore.open(str(tmp_path), cfg)
+        real_flush = store.log.flush
+
+        def flush(*args: object, **kw: object) -> int:
+            flushed_on.append(threading.current_thread().name)
+            return real_flush(*args, **kw)  # type: ignore[arg-type]
+
+        store.log.flush = flush  # type: ignore[method-assign]
+        await store.start()
+        one = await store.put(Message("t", b"x" * 1000, {"UNIQ_KEY": "small"}))
+        assert one.status == PutStatus.PUT_OK
+        big = await store.put_batch([Message("t", os.urandom(60 * KIB), {"UNIQ_KEY": f"b{i}"})
+                                     for i in range(2 * INLINE_FLUSH_MAX_BYTES // (60 * KIB))])
+        assert {r.status for r in big} == {PutStatus.PUT_OK}
+        await store.close()
+
+    asyncio.run(scenario())
+    main = threading.main_thread().name
+    assert flushed_on[:2] == [main, "group-commit"], flushed_on
