@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import struct
 import time
 from collections.abc import Callable
@@ -391,3 +392,39 @@ def test_a_cancelled_put_leaves_the_rest_of_its_batch_alone(tmp_path: Path) -> N
             await s.close()
 
     asyncio.run(run())
+
+
+def test_a_large_write_is_made_in_steps_each_started_on_the_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segment.pwritev writes more than WRITEBACK_STEP in steps, asking the
+    kernel (sync_file_range) to start each on the disk before the next is
+    copied in; the bytes land exactly, across step and chunk boundaries."""
+    from store import segments
+
+    assert segments._SYNC_FILE_RANGE is not None, "Linux has sync_file_range"
+    started: list[tuple[int, int]] = []
+    real = segments._start_writeback
+
+    def spy(fd: int, pos: int, n: int) -> None:
+        started.append((pos, n))
+        real(fd, pos, n)
+
+    monkeypatch.setattr(segments, "_start_writeback", spy)
+    step = segments.WRITEBACK_STEP
+    seg = segments.Segment.create(str(tmp_path), 0, 8 * step)
+    try:
+        rng = random.Random(5)
+        chunks = [rng.randbytes(rng.randint(1, step // 3)) for _ in range(20)]
+        data = b"".join(chunks)
+        assert 2 * step < len(data) < 8 * step - 100
+        seg.pwritev(100, chunks)
+        seg.sync()
+        assert seg.pread(100, len(data)) == data
+    finally:
+        seg.close()
+    # Steps cover the write contiguously, each at least WRITEBACK_STEP but
+    # the last.
+    assert started[0][0] == 100
+    assert all(a + n == b for (a, n), (b, _) in zip(started, started[1:], strict=False))
+    assert started[-1][0] + started[-1][1] == 100 + len(data)
+    assert all(n >= step for _, n in started[:-1]) and len(started) >= 2
