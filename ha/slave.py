@@ -12,6 +12,8 @@ housekeeping interval drops the stream.
 Flushing follows the slave's own flush mode: ASYNC_FLUSH leaves it to the
 store's interval flusher; SYNC_FLUSH keeps one group-commit flush request in
 flight while bytes are unflushed (without making reports wait for it).
+Under the power crash model the slave stops reading ranges while more than
+UNFLUSHED_READ_LIMIT is unflushed, until a flush has caught up.
 """
 
 from __future__ import annotations
