@@ -75,6 +75,10 @@ class RunConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     settle_timeout_s: float = 5.0
     keep_cluster_dir: bool = True
+    # Extra `dlab node` options for the master (recorded in params.json), for
+    # runs that must hold a timing window open, e.g. a lazy flusher so that a
+    # crash surely finds acknowledged bytes unflushed.
+    master_args: tuple[str, ...] = ()
 
     def validate(self) -> RunConfig:
         if self.role not in ROLES:
@@ -291,6 +295,7 @@ class Run:
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("master", ""),
+            extra_args=cfg.master_args,
         )
         slaves = tuple(NodeSpec(
             name=s, role=Role.SLAVE, flush=cfg.flush, crash_model=cfg.crash_model,
@@ -454,6 +459,7 @@ class Run:
             "versions": _versions(), "started_ms": started, "ended_ms": now_ms(),
             "plan": {"step_delays_s": list(self.plan.step_delays_s),
                      "workload_seed": self.plan.workload_seed},
+            "master_args": list(cfg.master_args),
         })
         if not cfg.keep_cluster_dir:
             shutil.rmtree(self.cluster_dir, ignore_errors=True)
