@@ -211,7 +211,7 @@ class HASlave:
                     # millisecond), but after the report is on its way: the
                     # store drops a slave's flushed pages once reput has
                     # read them.
-                    loop.call_soon(self.store.reput)
+                    loop.call_soon(self._reput)
                 if self._held_unflushed() > self._read_limit:
                     await self._wait_for_flush()
         except (StreamEnded, grpc.aio.AioRpcError) as exc:
@@ -287,6 +287,12 @@ class HASlave:
                 return ""
             pos = nxt
         return ""
+
+    def _reput(self) -> None:
+        try:
+            self.store.reput()
+        except Exception:  # the store's own service retries it within a second
+            log.exception("consume queue dispatch after a range failed")
 
     def _held_unflushed(self) -> int:
         """Bytes applied, not yet flushed, and held in memory (none under the
