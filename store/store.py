@@ -135,7 +135,8 @@ class _GroupCommit:
 
     Where the flush runs: a new generation schedules a check at the end of
     the loop's current work. If nothing else is ready by then (at most one
-    more loop iteration), the loop flushes inline: every waiting put is
+    more loop iteration) and at most INLINE_FLUSH_MAX_BYTES wait to be
+    written, the loop flushes inline: every waiting put is
     waiting for this fsync anyway, and on these VMs each cross-thread wake-up
     (kicking the thread, the thread waking the loop) cost about 0.1 ms —
     inline, one producer got 2,500-3,400 puts/s instead of 2,100-2,300, and
