@@ -272,6 +272,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse._SubParsersAction
              ) -> None:
+    from cluster.commands import writable_dir
+
     p = bench_subparsers.add_parser(
         "pipeline",
         help="the report pipeline over synthetic results vs a plain Spark scan of them",
@@ -280,7 +282,7 @@ def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse.
     p.add_argument("--runs", type=int, default=1000, help="runs (default: %(default)s)")
     p.add_argument("--ops", type=int, default=10_000,
                    help="operations per run (default: %(default)s)")
-    p.add_argument("--workdir", default=None,
+    p.add_argument("--workdir", type=writable_dir, default=None,
                    help="where the synthetic results go (default: the system temp dir)")
     p.add_argument("--spark-master", metavar="URL", default=None)
     p.add_argument("--keep", action="store_true", help="keep the results and the report")

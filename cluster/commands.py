@@ -52,6 +52,28 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
+    return v
+
+
+def writable_dir(text: str) -> str:
+    """A directory that exists and that this process may write in (where a
+    benchmark puts its files)."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a directory; create it first, or leave the option out "
+            "to use the system temp dir")
+    if not os.access(text, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not writable by this user")
+    return text
+
+
 def non_negative_float(text: str) -> float:
     try:
         v = float(text)

@@ -586,11 +586,12 @@ def _run(fn: Any, title: str, args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, bench_sub: Any) -> None:
-    from cluster.commands import parse_size, positive_int
+    from cluster.commands import parse_size, positive_int, writable_dir
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--workdir", help="where the nodes' stores and the baselines' files "
-                        "go (default: the system temp dir; put it on the disk you care about)")
+    common.add_argument("--workdir", type=writable_dir,
+                        help="where the nodes' stores and the baselines' files go (default: "
+                        "the system temp dir; put it on the disk you care about)")
     p = bench_sub.add_parser(
         "catch-up", parents=[common],
         help="slave catch-up of a backlog vs raw gRPC streaming and raw write+fsync",

@@ -299,8 +299,19 @@ def _run(fn: Callable[[str], dict[str, Any]], title: str, args: argparse.Namespa
 
 
 def register(sub: Any, bench_sub: Any) -> None:
+    from cluster.commands import parse_size, positive_float, positive_int, writable_dir
+
+    def body_size(text: str) -> int:
+        n = parse_size(text)
+        limit = StoreConfig().max_message_size_bytes
+        if n > limit:
+            raise argparse.ArgumentTypeError(
+                f"{text} is over the store's max_message_size ({limit} bytes): every put "
+                "would be refused as MESSAGE_ILLEGAL")
+        return n
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--workdir", help="where to write the benchmark's files "
+    common.add_argument("--workdir", type=writable_dir, help="where to write the benchmark's files "
                         "(default: the system temp dir; put it on the disk you care about)")
     p = bench_sub.add_parser(
         "store", parents=[common], help="batch append under ASYNC_FLUSH vs raw write+fsync",
@@ -308,10 +319,12 @@ def register(sub: Any, bench_sub: Any) -> None:
         "(the flusher running as in a node), then compares bytes/s with a raw "
         "sequential write + fsync of the same bytes, in alternating rounds after a "
         "warm-up round (the figure compares the medians). Goal: ratio >= 0.5.")
-    p.add_argument("--mib", type=int, default=512, help="bytes to append, MiB (default 512)")
-    p.add_argument("--body-size", type=int, default=1024, help="body bytes (default 1024)")
-    p.add_argument("--batch", type=int, default=256, help="messages per batch (default 256)")
-    p.add_argument("--rounds", type=int, default=5,
+    p.add_argument("--mib", type=positive_int, default=512,
+                   help="bytes to append, MiB (default 512)")
+    p.add_argument("--body-size", type=body_size, default=1024, help="body bytes (default 1024)")
+    p.add_argument("--batch", type=positive_int, default=256,
+                   help="messages per batch (default 256)")
+    p.add_argument("--rounds", type=positive_int, default=5,
                    help="store and raw runs, alternating, after one warm-up round; the "
                    "figure compares medians (default 5)")
     p.set_defaults(handler=lambda a: _run(
@@ -323,9 +336,9 @@ def register(sub: Any, bench_sub: Any) -> None:
         description="64 concurrent producers put under SYNC_FLUSH (group commit) for "
         "--seconds; the baseline writes one record and fsyncs, per put, for as long. "
         "Goal: ratio >= 20.")
-    p.add_argument("--producers", type=int, default=64)
-    p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--body-size", type=int, default=1024)
+    p.add_argument("--producers", type=positive_int, default=64)
+    p.add_argument("--seconds", type=positive_float, default=5.0)
+    p.add_argument("--body-size", type=body_size, default=1024)
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_group_commit(a.producers, a.seconds, a.body_size, w),
         "group commit", a))
@@ -336,7 +349,7 @@ def register(sub: Any, bench_sub: Any) -> None:
         description="Writes --mib of 1 KiB messages, marks the store as crashed with no "
         "checkpoint (so recovery checks everything), times the recovery, then times "
         "reading the same files and CRC-checking every record body. Goal: ratio <= 1.5.")
-    p.add_argument("--mib", type=int, default=1024, help="store size, MiB (default 1024)")
-    p.add_argument("--body-size", type=int, default=1024)
+    p.add_argument("--mib", type=positive_int, default=1024, help="store size, MiB (default 1024)")
+    p.add_argument("--body-size", type=body_size, default=1024)
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_recovery(a.mib, a.body_size, w), "abnormal recovery", a))
