@@ -52,13 +52,24 @@ def positive_int(text: str) -> int:
     return v
 
 
-def positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    v = _float(text)
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be more than 0")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    v = _float(text)
+    if v < 0 or v != v:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
     return v
 
 
@@ -72,16 +83,6 @@ def writable_dir(text: str) -> str:
     if not os.access(text, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text!r} is not writable by this user")
     return text
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if v < 0 or v != v:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return v
 
 
 def address(text: str) -> str:
