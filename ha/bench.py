@@ -227,11 +227,10 @@ def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str
 
     Why: on a VM that hands freed memory back to its host (free page
     reporting, within seconds), a page taken from free memory costs a host
-    fault. Measured here: 1.5-3.0 CPU-s per GiB written into pages from
-    free memory, 0.35 into pages just freed. A slave filling its page cache
-    with new data gets the first case, unless something freed as much just
-    before it (one run of the previous baseline did: it deleted its file
-    before the slave started)."""
+    fault, several times the cost of a page just freed (see
+    docs/performance-notes.md). A slave filling its page cache with new data
+    gets the first case, unless something freed as much just before it (a
+    baseline that deleted its file before the slave started would)."""
     data = list(_chunks(commitlog, total, chunk))  # read first: time only write + fsync
     paths = [f"{out}.{i}" for i in range(2)]
     fresh = min(_write_fsync(data, p) for p in paths)

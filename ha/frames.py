@@ -4,8 +4,8 @@ hand where they carry data. Pure: bytes in, bytes or frames out.
 Why by hand: a shipped Range holds up to a batch (1 MiB by default) of
 records. Through the protobuf runtime the master copies those bytes into a
 message and again out of it, and the slave copies them out of the parsed
-message once more; measured, building and serializing a 1 MiB Range cost
-the master about 0.3 ms — more than reading the bytes from the segment.
+message once more: building and serializing a 1 MiB Range cost the master
+more than reading the bytes from the segment (see docs/performance-notes.md).
 Here the master writes a header, the data and a trailer in one join, and
 the slave takes the data as a zero-copy view of the received message.
 

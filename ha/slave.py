@@ -42,7 +42,7 @@ log = logging.getLogger("dlab.ha.slave")
 
 # Ranges up to the batch size plus one maximal record, with room to spare;
 # the largest HTTP/2 frames, so a 1 MiB range is not cut into 16 KiB frames
-# (measured: server-to-client streaming of 1 MiB messages gains about a third).
+# (see docs/performance-notes.md, "Slave catch-up").
 HA_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 128 * 1024 * 1024),
     ("grpc.max_send_message_length", 128 * 1024 * 1024),

@@ -30,7 +30,7 @@ if [ ! -f "$STAMP" ]; then
             || echo "the native record codec did not build: using the pure-Python codec" >&2
     else
         echo "no Rust toolchain (cargo): using the pure-Python record codec" \
-             "(correct, slower; see README, Performance)" >&2
+             "(correct, slower; see docs/benchmarks.md)" >&2
         "$VENV/bin/python" -m pip uninstall --quiet --yes dlab-native >/dev/null 2>&1 || true
     fi
     rm -f "$VENV"/.installed-*

@@ -69,8 +69,8 @@ from store.writebuffers import WriteBuffers
 ZERO_AHEAD_BYTES = 1024 * 1024
 # ... but only after writes smaller than this: a large write amortises its
 # extent conversion, and zeros written ahead of it are written (and fsynced)
-# twice. A slave applying and flushing 1 MiB ranges wrote every byte twice:
-# 570-905 MiB/s with them, 1,030-1,160 without, alternating runs.
+# twice: a slave applying and flushing 1 MiB ranges wrote every byte twice
+# (see docs/performance-notes.md, "Group commit").
 ZERO_AHEAD_MAX_WRITE = ZERO_AHEAD_BYTES // 4
 # Written from, not allocated (and faulted in) at every step.
 _ZEROS = memoryview(bytes(ZERO_AHEAD_BYTES))
@@ -482,9 +482,9 @@ class CommitLog:
     def _drop_pages(self, end: int) -> None:
         """Let the kernel drop the page cache of the log up to `end` (fsynced,
         so clean; called under the flush lock): the next writes take these
-        pages while the host still backs them, instead of fresh ones (on this
-        lab's VMs a page taken from free memory costs a host fault: 1.5-3.0
-        CPU-s per GiB written, against 0.35 for pages just freed). Advice
+        pages while the host still backs them, instead of fresh ones (on a VM
+        that hands freed memory back to its host, a page taken from free
+        memory costs a host fault; see docs/performance-notes.md). Advice
         only: an error changes nothing.
 
         `end` is a multiple of DROP_PAGES_STEP: the page cache holds a large
@@ -508,9 +508,9 @@ class CommitLog:
         past `pos`, the end of the bytes this flush just wrote, so that the
         fsyncs of the next flushes overwrite written blocks and commit no
         extent conversion (PostgreSQL zero-fills its WAL segments for the
-        same reason; RocketMQ can warm its mapped files). Measured with
-        SYNC_FLUSH: one producer went from 2,500-3,400 to 4,200-5,300 puts/s,
-        as fast as the raw write + fdatasync baseline into a fresh file.
+        same reason; RocketMQ can warm its mapped files). It makes a single
+        SYNC_FLUSH producer as fast as the raw write + fdatasync baseline
+        (see docs/performance-notes.md, "Group commit").
 
         Safe only under POWER with the flush lock held: then nothing but the
         flush writes the file, every byte past `pos` is either unwritten or

@@ -137,10 +137,9 @@ class _GroupCommit:
     the loop's current work. If nothing else is ready by then (at most one
     more loop iteration) and at most INLINE_FLUSH_MAX_BYTES wait to be
     written, the loop flushes inline: every waiting put is
-    waiting for this fsync anyway, and on these VMs each cross-thread wake-up
-    (kicking the thread, the thread waking the loop) cost about 0.1 ms —
-    inline, one producer got 2,500-3,400 puts/s instead of 2,100-2,300, and
-    64 producers 58,000-70,000 instead of about 56,000. If the loop is still
+    waiting for this fsync anyway, and each cross-thread wake-up (kicking the
+    thread, the thread waking the loop) costs more than it saves (see
+    docs/performance-notes.md, "Group commit"). If the loop is still
     busy, or the thread is flushing, the thread takes it and the fsync overlaps
     the loop's work; it hands results back with one call_soon_threadsafe per
     flush. A store with the before_flush_sync failpoint armed (a delay there
@@ -169,10 +168,9 @@ class _GroupCommit:
                 return gen
         if not self.inline and not self._kick.is_set():
             # No time.sleep(0) to hand the flush thread the GIL at once: it
-            # made the loop wait for the switch on every generation (a
-            # quarter of the loop's time in a profile) and measured 10-15%
-            # fewer puts/s with 64 producers than letting the thread start
-            # when the loop next blocks.
+            # made the loop wait for the switch on every generation, fewer
+            # puts/s than letting the thread start when the loop next blocks
+            # (see docs/performance-notes.md, "Group commit").
             self._kick.set()
         return gen
 
@@ -278,9 +276,8 @@ class MessageStore:
         # The loop start() ran on: the store's services and group commit
         # live there, and put() runs there. Kept because CPython 3.11's
         # asyncio.get_running_loop() makes a getpid() system call each time
-        # (it checks for a fork), which put() would pay once per put (a
-        # tenth of the loop's samples in a native profile of the
-        # group-commit bench; about 3% of its throughput, within noise).
+        # (it checks for a fork), which put() would pay once per put (see
+        # docs/performance-notes.md, "Group commit").
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_wakeup: asyncio.Event | None = None  # ASYNC_FLUSH, not flush_timed
         self._least_dirty = config.flush_least_pages * config.page_size_bytes

@@ -4,8 +4,8 @@ to its files: RocketMQ's transient store pool, in miniature.
 Under the POWER crash model appended records live only in this process until
 a flush writes them, so a SIGKILL loses exactly what a power cut would. Held
 in a fresh bytes object per batch, every page of every batch was faulted in
-by the kernel and freed again after the flush (measured: most of the append
-path's time was those page faults, in the kernel). Here records are encoded
+by the kernel and freed again after the flush (most of the append path's
+time; see docs/performance-notes.md). Here records are encoded
 straight into a few large bytearrays that are handed back once every chunk
 in them has been flushed, and reused.
 
@@ -35,7 +35,8 @@ class WriteBuffers:
         # Part of the pool is allocated (and its pages touched: bytearray
         # zero-fills) up front, as RocketMQ's TransientStorePool.init() does,
         # so the first appends do not pay for faulting in fresh memory; not
-        # all of it: 64 MiB took about 50 ms at every node start here.
+        # all of it, which every node start would pay for (see
+        # docs/performance-notes.md).
         self._free: list[bytearray] = [bytearray(buffer_bytes)
                                        for _ in range(min(keep, PREALLOCATED))]
         # id(buffer) -> chunks queued in it and not yet flushed; the buffer

@@ -1,6 +1,8 @@
 """A master killed under the power model with ASYNC_FLUSH comes back with
 less than its slave holds: the slave is ahead. Each slave_ahead_policy then
-does what DESIGN.md says (real processes, real SIGKILL).
+does what ha/session.py decides for a first report beyond the master
+(reject: close the link, both logs kept; trust: believe the slave; truncate:
+the slave cuts back to the master), with real processes and a real SIGKILL.
 
 Setup for each policy: SYNC_MASTER + ASYNC_FLUSH, a master that never
 flushes on its own (slaves flush every 50 ms). Batch A is sent and made

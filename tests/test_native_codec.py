@@ -41,7 +41,7 @@ CONFIG = StoreConfig(segment_size_bytes=SEG, max_message_size_bytes=16 * 1024,
 
 def test_native_codec_is_built_where_a_rust_toolchain_exists() -> None:
     """scripts/venv.sh builds it when cargo is on PATH; a silent fallback
-    would make every figure in the README's Performance section wrong."""
+    would make every store figure in docs/benchmarks.md wrong."""
     if os.environ.get("DLAB_PURE_PYTHON"):
         pytest.skip("DLAB_PURE_PYTHON is set")
     if shutil.which("cargo"):
