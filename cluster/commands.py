@@ -566,6 +566,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             link += f" [ahead={st['slave_ahead_policy']} ship={st['ha_ship_limit']}]"
         print(f"{r['name']:<10}{r['role']:<14}{r['address']:<22}{r['state']:<10}"
               f"{st.get('wrote', '-'):>14}{st.get('flushed', '-'):>14}  {link.strip()}")
+        if st.get("failed"):
+            print(f"  WRITES REFUSED: {st['failed']}")
         if st:
             print("  " + consume_summary(st))
         if r.get("status_error"):

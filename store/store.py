@@ -803,6 +803,7 @@ class MessageStore:
             "drop_flushed_pages": self.config.drop_flushed_pages,
             "segment_size_bytes": self.config.segment_size_bytes,
             "failed": pos.failed,
+            "cannot_grow": pos.cannot_grow,
             "consume_queue_error": self.queues.write_error,
             "consume_queue_reput_from": self.reput_from,
             "consume_queue_dispatch_error": self.queues.dispatch_error,
