@@ -204,8 +204,13 @@ class Node:
             await asyncio.sleep(0.01)
         if self.store is not None:
             await self.store.close()
-            log.info("store closed cleanly (abort marker removed), wrote=%d",
-                     self.store.log.wrote)
+            if self.store.close_problem is None:
+                log.info("store closed cleanly (abort marker removed), wrote=%d",
+                         self.store.log.wrote)
+            else:
+                log.error("store closed, NOT cleanly: %s; the abort marker stays, so the next "
+                          "start runs abnormal recovery, wrote=%d", self.store.close_problem,
+                          self.store.log.wrote)
 
     # ------------------------------------------------------------------ puts
     async def put_many(self, messages: Sequence[Message]) -> list[PutResult]:
