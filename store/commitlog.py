@@ -698,6 +698,7 @@ class CommitLog:
             self.wrote = self.flushed = self.in_file = offset
             self._dropped_to = min(self._dropped_to, offset)
             self._queue_offsets.clear()
+            self.cannot_grow = None  # `wrote` moved: the next append finds out afresh
             self._check()
 
     def flush_unlocked_for_truncate(self) -> None:

@@ -939,13 +939,14 @@ def _os_error_message(path: str, exc: OSError) -> str:
     if exc.errno in (errno.EACCES, errno.EPERM):
         user = _user_name()
         return (f"{what}; this process runs as {user} (uid {os.geteuid()}): make the store "
-                f"directory and every file in it readable and writable by {user} (e.g. "
+                f"directory and every file in it readable and writable by that user (e.g. "
                 f"chown -R {user} {path}), or run as their owner")
     if exc.errno == errno.EROFS:
         return f"{what}; the filesystem is read-only: remount it read-write or copy the store"
     if exc.errno == errno.EISDIR:
-        return (f"{what}; a directory stands where the store keeps a file: move it aside "
-                "(a missing checkpoint only makes recovery scan more)")
+        note = (" (without a checkpoint, recovery only scans more)"
+                if os.path.basename(where) == "checkpoint" else "")
+        return f"{what}; a directory stands where the store keeps a file: move it aside{note}"
     if exc.errno == errno.ENOTDIR:
         return f"{what}; a file stands where a directory belongs: move it aside"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -956,8 +957,8 @@ def _os_error_message(path: str, exc: OSError) -> str:
 def _user_name() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return f"uid {os.geteuid()}"
+    except KeyError:  # no name: chown takes the number too
+        return str(os.geteuid())
 
 
 def _reput_floor(plan: RecoveryPlan, queues_max_end: int | None, log_min: int,
