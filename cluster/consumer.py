@@ -413,10 +413,11 @@ class Consumer:
                     None, lambda: save_offset_file(path, topic=self.topic, group=self.group,
                                                    offsets=merged))
             except OSError as exc:
+                why = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
                 raise ConsumerError(
-                    f"offsets not saved to {path} ({exc.strerror or exc}): the messages "
-                    "consumed since the last save will be delivered again; give an "
-                    "--offset-file in an existing directory this user can write") from None
+                    f"offsets not saved to {path} ({why}): the messages consumed since the "
+                    "last save will be delivered again; give an offset file in an existing "
+                    "directory this user can write") from None
             self._file_offsets = merged
         else:
             for qid, off in sorted(offsets.items()):
