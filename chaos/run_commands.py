@@ -59,6 +59,21 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _results_dir(path: str) -> None:
+    """--out: a directory, made if missing; refused clearly before any run
+    starts (a cluster would otherwise be started and torn down for nothing)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"--out {path} is a file, not a directory: give a directory for the "
+                        "results (it is created if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {path}: cannot create it ({exc.strerror or exc}); give a "
+                        "directory this user can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"--out {path} is not writable by this user; give another directory")
+
+
 def make_run(cfg: RunConfig, log: Any = None) -> Run:
     from chaos.connect import backend_factory, sender_factory, status_of
 
@@ -72,6 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
+    _results_dir(args.out)
     print(f"run {cfg.run_id}: {cfg.scenario.description}", flush=True)
     run_dir = make_run(cfg, log=lambda s: print(s, flush=True)).execute()
     print(f"results: {run_dir}")
@@ -86,6 +102,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         bad = [v for v in value if v not in allowed]
         if bad:
             raise UserError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
+    _results_dir(args.out)
     template = _run_config_fields(args)
     if args.quick:
         template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,

@@ -34,6 +34,7 @@ from chaos.schema import (
     SCHEMA_VERSION,
     SchemaError,
     check_row,
+    load_json_file,
     read_jsonl,
     validate_consumer_files,
 )
@@ -139,11 +140,7 @@ def void_until(
 def _load_json(path: str) -> Any:
     if not os.path.isfile(path):
         raise SchemaError(f"{path}: missing")
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    return load_json_file(path)
 
 
 def _load_rows(path: str, fields: dict[str, tuple[str, bool, str]]) -> list[dict[str, Any]]:

@@ -223,8 +223,13 @@ def write_jsonl(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SchemaError(f"{path}:{n}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                  f"at column {exc.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -232,6 +237,20 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise SchemaError(f"{path}:{n}: not JSON ({exc.msg})") from None
     return rows
+
+
+def load_json_file(path: str) -> Any:
+    """One JSON document; SchemaError naming the file when it is not
+    UTF-8 JSON."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def validate_run_dir(run_dir: str) -> list[str]:
@@ -244,11 +263,7 @@ def validate_run_dir(run_dir: str) -> list[str]:
             raise SchemaError(f"{run_dir}: missing {rel}")
         return path
 
-    try:
-        with open(need("params.json"), encoding="utf-8") as f:
-            params = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{run_dir}/params.json: not JSON ({exc.msg})") from None
+    params = load_json_file(need("params.json"))
     check_row(params, PARAMS, f"{run_dir}/params.json")
     if params["schema_version"] != SCHEMA_VERSION:
         raise SchemaError(
@@ -267,11 +282,7 @@ def validate_run_dir(run_dir: str) -> list[str]:
         for n, row in enumerate(read_jsonl(path), 1):
             check_row(row, RECORDS, f"{path}:{n}")
         final_path = need(os.path.join("nodes", name, "final.json"))
-        with open(final_path, encoding="utf-8") as f:
-            try:
-                final = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise SchemaError(f"{final_path}: not JSON ({exc.msg})") from None
+        final = load_json_file(final_path)
         check_row(final, FINAL, final_path)
     return names
 
@@ -291,10 +302,6 @@ def validate_consumer_files(run_dir: str) -> bool:
     for rel, fields in (("consumed.jsonl", CONSUMED), ("committed.jsonl", COMMITTED)):
         for n, row in enumerate(read_jsonl(paths[rel]), 1):
             check_row(row, fields, f"{paths[rel]}:{n}")
-    with open(paths["consumer.json"], encoding="utf-8") as f:
-        try:
-            summary = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"{paths['consumer.json']}: not JSON ({exc.msg})") from None
+    summary = load_json_file(paths["consumer.json"])
     check_row(summary, CONSUMER, paths["consumer.json"])
     return True

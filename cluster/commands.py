@@ -361,6 +361,20 @@ examples:
     p.set_defaults(handler=cmd_consume)
 
 
+def _check_offset_file(path: str) -> None:
+    """Before consuming: the offsets must be savable there, or every
+    message consumed would be consumed again by the next run."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"--offset-file {path} is a directory; give a file name")
+    if not os.path.isdir(parent):
+        raise UserError(f"--offset-file {path}: directory {parent} does not exist; create it "
+                        "or give a file in an existing directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--offset-file {path}: directory {parent} is not writable by this "
+                        "user; give a file in a directory you can write")
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from cluster.consumer import Consumer, ConsumerError, Delivery
 
@@ -371,6 +385,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
                         "keeps the group's offsets")
     if args.max is None and args.idle_exit is None:
         raise UserError("give --max N or --idle-exit SECONDS so the consumer knows when to stop")
+    if args.offset_file:
+        _check_offset_file(args.offset_file)
     targets, token = _targets_and_token(args, args.targets, "--target")
 
     def show(d: Delivery) -> None:
@@ -566,6 +582,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             link += f" [ahead={st['slave_ahead_policy']} ship={st['ha_ship_limit']}]"
         print(f"{r['name']:<10}{r['role']:<14}{r['address']:<22}{r['state']:<10}"
               f"{st.get('wrote', '-'):>14}{st.get('flushed', '-'):>14}  {link.strip()}")
+        if st.get("failed"):
+            print(f"  WRITES REFUSED: {st['failed']}")
         if st:
             print("  " + consume_summary(st))
         if r.get("status_error"):

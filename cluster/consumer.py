@@ -408,9 +408,16 @@ class Consumer:
             assert self.offset_file is not None
             merged = {**self._file_offsets, **offsets}
             path = self.offset_file
-            await asyncio.get_running_loop().run_in_executor(
-                None, lambda: save_offset_file(path, topic=self.topic, group=self.group,
-                                               offsets=merged))
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: save_offset_file(path, topic=self.topic, group=self.group,
+                                                   offsets=merged))
+            except OSError as exc:
+                why = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+                raise ConsumerError(
+                    f"offsets not saved to {path} ({why}): the messages consumed since the "
+                    "last save will be delivered again; give an offset file in an existing "
+                    "directory this user can write") from None
             self._file_offsets = merged
         else:
             for qid, off in sorted(offsets.items()):

@@ -204,8 +204,13 @@ class Node:
             await asyncio.sleep(0.01)
         if self.store is not None:
             await self.store.close()
-            log.info("store closed cleanly (abort marker removed), wrote=%d",
-                     self.store.log.wrote)
+            if self.store.close_problem is None:
+                log.info("store closed cleanly (abort marker removed), wrote=%d",
+                         self.store.log.wrote)
+            else:
+                log.error("store closed, NOT cleanly: %s; the abort marker stays, so the next "
+                          "start runs abnormal recovery, wrote=%d", self.store.close_problem,
+                          self.store.log.wrote)
 
     # ------------------------------------------------------------------ puts
     async def put_many(self, messages: Sequence[Message]) -> list[PutResult]:
@@ -266,7 +271,13 @@ class Node:
         self._open_batch = None
         store = self.store
         assert store is not None
-        results = store.append(batch.messages)
+        try:
+            results = store.append(batch.messages)
+        except Exception as exc:  # a bug: answer the batch, never leave it hanging
+            log.error("append failed", exc_info=exc)
+            batch.deliver([PutResult(PutStatus.UNKNOWN_ERROR, msg_id=m.msg_id, detail=str(exc))
+                           for m in batch.messages])
+            return
         if self.ha_master is not None:
             self.ha_master.notify_appended()
         try:
@@ -391,7 +402,8 @@ class Node:
             crash_model=st["crash_model"], min_offset=st["min_offset"], flushed=st["flushed"],
             wrote=st["wrote"], slave_ahead_policy=cfg.ha.slave_ahead_policy.value,
             ha_ship_limit=cfg.ha.ship_limit.value, recovery_json=json.dumps(st["recovery"]),
-            pid=os.getpid(), failed=st["failed"] or "", config_json=json.dumps(self._config_dict()),
+            pid=os.getpid(), failed=st["failed"] or st["cannot_grow"] or "",
+            config_json=json.dumps(self._config_dict()),
             confirmed_offset=store.confirmed_offset(),
             consume_json=json.dumps({
                 "queues": {f"{t}/{q}": store.queue_offsets(t, q)

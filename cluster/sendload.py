@@ -115,6 +115,12 @@ def format_report(report: LoadReport) -> str:
         q = lat.get(status, {"p50": 0, "p90": 0, "p99": 0, "max": 0})
         lines.append(f"{status:<22}{n:>8}{q['p50']:>10.2f}{q['p90']:>10.2f}{q['p99']:>10.2f}"
                      f"{q['max']:>10.2f}")
+    for status in sorted(counts):
+        # What the node said, once per refusing status (a full disk, a slave
+        # not available...): the counts alone do not say why.
+        detail = next((o.detail for o in report.outcomes if o.status == status and o.detail), "")
+        if detail and status not in ("PUT_OK", "INDETERMINATE"):
+            lines.append(f"{status}: {detail}")
     if counts.get("INDETERMINATE"):
         lines.append("INDETERMINATE: the call failed or timed out; those messages may or may "
                      "not be stored (not counted as lost)")

@@ -34,8 +34,17 @@ class ClusterDir:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        os.makedirs(self._dir(), exist_ok=True)
-        fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        directory = self._dir()
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise BackendError(f"--dir {directory} is a file, not a directory: give a "
+                               "directory for the cluster (it is created if missing)")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise BackendError(f"cannot use {directory} as a cluster directory: "
+                               f"{exc.strerror or exc} ({exc.filename or directory}); "
+                               "give a directory this user can create and write") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

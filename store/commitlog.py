@@ -19,11 +19,13 @@ Ordering rules:
 - Under SYNC_FLUSH and POWER, flush() also keeps zeros written a little
   past the end it just wrote (never below it: nothing but the flush writes
   the file under POWER, so every byte there is unwritten or still pending).
-- After any write or sync error the log stops accepting appends
+- After any write or sync error the log stops accepting appends for good
   (`failed` says why); bytes already flushed are never touched again.
-  A segment that cannot be created (disk full, file size limit) stops
-  appends only: everything pending lies in segments that exist, and flush()
-  still writes it. A failed write or fsync stops flushes too.
+- A segment that cannot be created (a full disk, a file size limit) only
+  refuses appends for now (`cannot_grow` says why): nothing was written,
+  everything pending lies in segments that exist and flush() still writes
+  it. The next append at least SEGMENT_RETRY_S later tries again, so appends
+  resume by themselves once space is freed.
 
 Thread model: appends and reads come from the event loop thread, flush() from
 one flusher thread; `_lock` guards positions and pending chunks, `_flush_lock`
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
+import logging
 import mmap
 import os
 import threading
@@ -60,7 +64,7 @@ from store.record import (
     verify,
 )
 from store.recovery import RecoveryPlan
-from store.segments import Segment, fsync_dir
+from store.segments import Segment, fsync_dir, segment_name
 from store.status import PutResult, PutStatus
 from store.writebuffers import WriteBuffers
 
@@ -89,8 +93,21 @@ class StoreFailedError(RuntimeError):
     """The log hit a write error earlier and accepts no more writes."""
 
 
+class SegmentUnavailableError(StoreFailedError):
+    """The next segment cannot be created (a full disk, a file size limit):
+    nothing was written, and a later append tries again."""
+
+
 # drop_flushed_pages advises in whole steps of this (see _drop_pages).
 DROP_PAGES_STEP = 2 * MIB
+
+# A segment that could not be created is tried again by the first append
+# this long after the failure; appends before then are refused at once (a
+# failing fallocate of a large segment is not free, and a full disk does
+# not empty itself within milliseconds).
+SEGMENT_RETRY_S = 1.0
+
+_log = logging.getLogger("dlab.store.commitlog")
 
 
 class OffsetMismatchError(ValueError):
@@ -108,6 +125,7 @@ class Positions:
     wrote: int
     crash_model: str
     failed: str | None
+    cannot_grow: str | None = None
 
 
 class CommitLog:
@@ -150,6 +168,10 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self.failed: str | None = None
         self._flush_failed = False
+        # Why appends are refused for now: the segment at `wrote` could not
+        # be created (see the module docstring); retried from _retry_at on.
+        self.cannot_grow: str | None = None
+        self._retry_at = 0.0
         self.fsyncs = 0
         self.failpoints = failpoints
         # drop_flushed_pages: how far the page cache was dropped, and the
@@ -169,7 +191,7 @@ class CommitLog:
         with self._lock:
             return Positions(
                 self.min_offset, self.flushed, self.wrote, self.config.crash_model.value,
-                self.failed,
+                self.failed, self.cannot_grow,
             )
 
     @property
@@ -186,7 +208,9 @@ class CommitLog:
         return seg
 
     def _segment_at_wrote(self) -> Segment:
-        """The segment `wrote` falls in, created if it does not exist yet."""
+        """The segment `wrote` falls in, created if it does not exist yet.
+        Raises SegmentUnavailableError when it cannot be created (and sets
+        `cannot_grow`); nothing is written then."""
         if self.segments and self.wrote < self.segments[-1].end:
             return self.segments[-1]
         start = self.wrote
@@ -194,18 +218,45 @@ class CommitLog:
         try:
             seg = Segment.create(self.directory, start, self.seg_size)
         except OSError as exc:
-            self._fail(exc, "creating a segment", flush_ok=True)
-            raise
+            first = self.cannot_grow is None
+            self.cannot_grow = self._explain_no_segment(start, exc)
+            self._retry_at = self.clock.monotonic() + SEGMENT_RETRY_S
+            if first:
+                _log.error("%s", self.cannot_grow)
+            raise SegmentUnavailableError(self.cannot_grow) from exc
+        if self.cannot_grow is not None:
+            _log.warning("segment %s created: the log accepts appends again", segment_name(start))
+            self.cannot_grow = None
         self.segments.append(seg)
         self._starts.append(start)
         self.failpoints.hit("segment_roll")
         return seg
 
-    def _fail(self, exc: OSError, during: str, *, flush_ok: bool = False) -> None:
-        if self.failed is None or not flush_ok:
-            self.failed = f"{during} failed: {exc.strerror or exc} (errno {exc.errno})"
-        if not flush_ok:
-            self._flush_failed = True
+    def _explain_no_segment(self, start: int, exc: OSError) -> str:
+        what = (f"cannot create CommitLog segment {segment_name(start)} "
+                f"({self.seg_size} bytes) in {self.directory}: {exc.strerror or exc} "
+                f"(errno {exc.errno})")
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            with contextlib.suppress(OSError):
+                fs = os.statvfs(self.directory)
+                what += f"; {fs.f_bavail * fs.f_frsize} bytes are free there"
+            return (f"disk full: {what}; free space on that filesystem (or use a smaller "
+                    "segment size): puts are refused until then and resume by themselves")
+        return (f"{what}; puts are refused until a segment can be created, and resume by "
+                "themselves then")
+
+    def _fail(self, exc: OSError, during: str) -> None:
+        """A write or sync failed: no more appends or flushes, ever."""
+        self.failed = f"{during} failed: {exc.strerror or exc} (errno {exc.errno})"
+        self._flush_failed = True
+
+    def _refused(self) -> str | None:
+        """Why an append must be refused right now (under the lock), if so."""
+        if self.failed:
+            return self.failed
+        if self.cannot_grow is not None and self.clock.monotonic() < self._retry_at:
+            return self.cannot_grow
+        return None
 
     # --------------------------------------------------------------- append
     def _push(self, seg: Segment, start: int, data: bytes | memoryview,
@@ -235,15 +286,16 @@ class CommitLog:
         limit = self.config.max_message_size_bytes
         results: list[PutResult] = []
         with self._lock:
-            if self.failed:
-                return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed)
-                        for _ in messages]
+            refused = self._refused()
+            if refused:
+                return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
+                                  detail=refused) for m in messages]
             bufs = self._buffers
             pushed = 0  # results[:pushed] are in pushed chunks: appended
+            pos = self.wrote
+            piece_pos, piece_from = pos, bufs.used  # the chunk being built
             try:
                 seg = self._segment_at_wrote()
-                pos = self.wrote
-                piece_pos, piece_from = pos, bufs.used  # the chunk being built
 
                 def close_piece() -> None:
                     nonlocal piece_pos, piece_from, pushed
@@ -330,16 +382,19 @@ class CommitLog:
                     pos += len(data)
                 close_piece()
                 self._last_ts = now
-            except OSError as exc:
-                if self.failed is None:
+            except (OSError, SegmentUnavailableError) as exc:
+                if isinstance(exc, OSError) and self.failed is None:
                     self._fail(exc, "append")
+                why = self.failed or str(exc)
                 # Messages in chunks pushed before the error are appended like
                 # any other (under PROCESS already in the file): they keep
-                # PUT_OK. The rest were not written.
+                # PUT_OK. The rest were not written. (A segment that cannot be
+                # created fails only at the batch's start or at a roll, where
+                # every earlier message is pushed and nothing later counted.)
                 bufs.used = piece_from  # drop the unqueued part of the buffer
                 return results[:pushed] + [
-                    PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self.failed or "")
-                    for _ in messages[pushed:]]
+                    PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id, detail=why)
+                    for m in messages[pushed:]]
             self._check()
         return results
 
@@ -355,8 +410,9 @@ class CommitLog:
         if isinstance(data, memoryview) and not data.readonly:
             data = bytes(data)
         with self._lock:
-            if self.failed:
-                raise StoreFailedError(self.failed)
+            refused = self._refused()
+            if refused:
+                raise (StoreFailedError if self.failed else SegmentUnavailableError)(refused)
             if offset != self.wrote:
                 raise OffsetMismatchError(f"range at {offset}, this log's wrote is {self.wrote}")
             seg_start = offset - offset % self.seg_size
@@ -399,8 +455,8 @@ class CommitLog:
                 self._last_ts = max(self._last_ts, ts)
             if not data:
                 return self.wrote
+            seg = self._segment_at_wrote()  # SegmentUnavailableError: nothing appended
             try:
-                seg = self._segment_at_wrote()
                 self._push(seg, offset, data, end)
             except OSError as exc:
                 if self.failed is None:
@@ -642,6 +698,7 @@ class CommitLog:
             self.wrote = self.flushed = self.in_file = offset
             self._dropped_to = min(self._dropped_to, offset)
             self._queue_offsets.clear()
+            self.cannot_grow = None  # `wrote` moved: the next append finds out afresh
             self._check()
 
     def flush_unlocked_for_truncate(self) -> None:

@@ -76,15 +76,15 @@ class ConsumerOffsetTable:
         problems = []
         for path in (t.path, t.path + ".bak"):
             try:
-                with open(path) as f:
-                    text = f.read()
+                with open(path, "rb") as f:
+                    raw = f.read()
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                problems.append(f"{path}: {exc}")
+                problems.append(f"{path}: {exc.strerror or exc}")
                 continue
             try:
-                t._table = _parse(text)
+                t._table = _parse(raw.decode("utf-8"))  # not UTF-8: a ValueError too
             except (ValueError, TypeError) as exc:
                 problems.append(f"{path} is not a consumer offset table ({exc})")
                 continue

@@ -19,9 +19,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import logging
 import mmap
 import os
+import pwd
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -287,6 +289,9 @@ class MessageStore:
         # are in flight: one group's fsync runs while the next is encoded.
         self._max_coalesce = 32
         self.offsets_error: str | None = None  # the last failed periodic persist
+        # After close(): None if it was clean (`abort` removed), else why
+        # `abort` stays (the next open then runs abnormal recovery).
+        self.close_problem: str | None = None
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -305,15 +310,24 @@ class MessageStore:
         clock = clock or SystemClock()
         failpoints = failpoints or DISARMED
         commitlog_dir = os.path.join(path, "commitlog")
+        found = _entries(path)
         try:
             os.makedirs(commitlog_dir, exist_ok=True)
+            lock = StoreLock(os.path.join(path, "lock"))
         except OSError as exc:
-            raise StoreOpenError(f"cannot create store directory {path}: {exc.strerror}") from exc
-        lock = StoreLock(os.path.join(path, "lock"))
+            _undo_open(path, found, holding_lock=False)
+            raise StoreOpenError(_os_error_message(path, exc)) from None
+        # StoreLockedError: another process holds the store; nothing to undo.
         try:
             return cls._open_locked(path, config, clock, failpoints, lock)
-        except BaseException:
+        except BaseException as exc:
+            # Leave the directory as found: every entry this open created
+            # (`abort` above all, which would make the next open abnormal)
+            # goes, while the lock is still held.
+            _undo_open(path, found, holding_lock=True)
             lock.release()
+            if isinstance(exc, OSError):
+                raise StoreOpenError(_os_error_message(path, exc)) from None
             raise
 
     @classmethod
@@ -800,6 +814,7 @@ class MessageStore:
             "drop_flushed_pages": self.config.drop_flushed_pages,
             "segment_size_bytes": self.config.segment_size_bytes,
             "failed": pos.failed,
+            "cannot_grow": pos.cannot_grow,
             "consume_queue_error": self.queues.write_error,
             "consume_queue_reput_from": self.reput_from,
             "consume_queue_dispatch_error": self.queues.dispatch_error,
@@ -845,24 +860,102 @@ class MessageStore:
             self._closed = True
 
     def _close_files(self) -> None:
-        clean = False
+        problem: str | None = "closing was interrupted"
         try:
             self.log.flush()
             self.log.sync_checkpoint()
             self.reput()
             self._flush_queues()  # a failure is kept in queues.write_error
-            self.consumer_offsets.persist()
-            clean = self.queues.write_error is None
-        except (StoreFailedError, OSError):
-            clean = False
+            problem = self.queues.write_error
+            try:
+                self.consumer_offsets.persist()
+            except OSError as exc:
+                problem = problem or f"persisting the consumer offsets failed: {exc}"
+        except StoreFailedError as exc:
+            problem = f"the CommitLog could not be flushed: {exc}"
+        except OSError as exc:
+            problem = f"closing failed: {exc}"
         finally:
             self.log.close()
             self.queues.close()
-            if clean:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.path, "abort"))
-                fsync_dir(self.path)
+            if problem is None:
+                try:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.path, "abort"))
+                    fsync_dir(self.path)
+                except OSError as exc:
+                    problem = f"removing `abort` failed: {exc}"
+            self.close_problem = problem
             self._lock.release()
+
+
+def _entries(path: str) -> set[str] | None:
+    """The names in `path` before an open (an empty set when it does not
+    exist); None when they cannot be listed (nothing is undone then)."""
+    try:
+        return set(os.listdir(path))
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+
+
+def _undo_open(path: str, found: set[str] | None, *, holding_lock: bool) -> None:
+    """Remove what a failed open created in `path`: new files (`abort`,
+    `lock`, `checkpoint`), new directories if empty (never a file in one),
+    and `path` itself if the open made it. Best effort: the open's own error
+    is what the caller reports."""
+    if found is None:
+        return
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return
+    if not holding_lock:
+        names &= {"commitlog"}  # made before the lock was taken
+    for name in sorted(names - found):
+        full = os.path.join(path, name)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(full) and not os.path.islink(full):
+                for root, _dirs, _files in os.walk(full, topdown=False):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(root)
+            else:
+                os.unlink(full)
+    with contextlib.suppress(OSError):
+        if not found and not os.listdir(path):
+            os.rmdir(path)
+            return
+        fsync_dir(path)
+
+
+def _os_error_message(path: str, exc: OSError) -> str:
+    """What an OSError during an open means for the user, and the fix."""
+    where = exc.filename or path
+    what = f"cannot open store {path}: {exc.strerror or exc} on {where}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        user = _user_name()
+        return (f"{what}; this process runs as {user} (uid {os.geteuid()}): make the store "
+                f"directory and every file in it readable and writable by that user (e.g. "
+                f"chown -R {user} {path}), or run as their owner")
+    if exc.errno == errno.EROFS:
+        return f"{what}; the filesystem is read-only: remount it read-write or copy the store"
+    if exc.errno == errno.EISDIR:
+        note = (" (without a checkpoint, recovery only scans more)"
+                if os.path.basename(where) == "checkpoint" else "")
+        return f"{what}; a directory stands where the store keeps a file: move it aside{note}"
+    if exc.errno == errno.ENOTDIR:
+        return f"{what}; a file stands where a directory belongs: move it aside"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{what}; the disk is full: free space on it and start again"
+    return f"{what}; fix that path and start again"
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # no name: chown takes the number too
+        return str(os.geteuid())
 
 
 def _reput_floor(plan: RecoveryPlan, queues_max_end: int | None, log_min: int,

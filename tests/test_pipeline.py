@@ -473,6 +473,17 @@ def test_dlab_report_cli(spark: Any, tmp_path: Any,  # noqa: F811
     assert f"{b}/two/history.jsonl:2: not JSON" in captured.err
     assert "1 run reported" in captured.out
 
+    # A run whose observations.jsonl is not UTF-8 (a traceback before): named
+    # on stderr and left out, the other reported.
+    c = str(tmp_path / "c")
+    with open(os.path.join(_good(c, "three"), "observations.jsonl"), "wb") as f:
+        f.write(b'{"kind": "\xe9t\xe9"}\n')
+    assert cli.main(["report", a, c, "--out", out]) == 1
+    captured = capsys.readouterr()
+    assert (f"left out: {c}/three/observations.jsonl:1: not UTF-8 text (byte 0xe9 at "
+            "column 11)") in captured.err
+    assert "1 run reported" in captured.out
+
     assert cli.main(["report", str(tmp_path / "nowhere"), "--out", out]) == 2
     assert "nowhere: not a directory" in capsys.readouterr().err
 
