@@ -7,8 +7,9 @@ harness and `dlab send`, which read the token from the cluster directory, so
 requiring it everywhere costs nothing and keeps strangers on the host from
 writing into a store under test.
 
-The token travels as gRPC metadata (`x-dlab-token`, ha/credentials.py), never on a command line
-(nodes read it from a 0600 file). It is compared with hmac.compare_digest.
+The token travels as gRPC metadata (`x-dlab-token`, ha/credentials.py), never
+on a command line (nodes read it from a 0600 file). It is compared with
+hmac.compare_digest.
 A refused call gets UNAUTHENTICATED with a message saying what to fix, and
 the node logs the refusal with the peer address.
 """
