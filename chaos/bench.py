@@ -250,7 +250,7 @@ def bench_pipeline(runs: int, ops: int, workdir: str | None, spark_master: str |
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from cluster.cli import UserError
+    from store.cli_args import UserError
 
     if args.runs < 1 or args.ops < 10:
         raise UserError("--runs must be at least 1 and --ops at least 10")
@@ -272,7 +272,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse._SubParsersAction
              ) -> None:
-    from cluster.commands import writable_dir
+    from store.cli_args import writable_dir
 
     p = bench_subparsers.add_parser(
         "pipeline",

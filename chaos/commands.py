@@ -1,4 +1,4 @@
-"""The chaos area's subcommands. `register` is what cluster/cli.py calls;
+"""The chaos area's subcommands. `register` is what chaos/cli.py calls;
 each command has its own `register_*` so more (`dlab chaos run|matrix`) slot
 in beside `dlab report` without touching it."""
 
@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from cluster.cli import UserError
+from store.cli_args import UserError
 
 
 def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse._SubParsersAction

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.workload import SendOutcome
-from cluster.backend import ClusterBackend, open_backend
+from cluster.backend import ClusterBackend
+from cluster.backends import open_backend
 from cluster.client import AsyncNodeClient, NodeClient, make_message
 
 

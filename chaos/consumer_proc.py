@@ -215,8 +215,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 async def _child(args: argparse.Namespace) -> int:
     import grpc
 
-    from cluster.auth import read_token_file, token_metadata
+    from cluster.auth import read_token_file
     from cluster.consumer import Consumer, Delivery
+    from ha.credentials import token_metadata
     from proto import broker_pb2, broker_pb2_grpc
 
     names = dict(t.split("=", 1) for t in args.target)  # name -> address

@@ -79,8 +79,9 @@ from chaos.runs import (
     first_row_problem,
     load_runs,
 )
-from chaos.schema import HISTORY, INDETERMINATE, RECORDS
+from chaos.schema import HISTORY, RECORDS
 from chaos.spark_session import spark_session
+from store.status import INDETERMINATE
 
 CORRUPT = "_corrupt_record"
 PUT_OK = "PUT_OK"

@@ -16,8 +16,7 @@ from chaos.plan import plan_run
 from chaos.runner import FLUSHES, ROLES, Run, RunConfig
 from chaos.summary import one_line
 from chaos.workload import WorkloadConfig
-from cluster.cli import UserError
-from cluster.commands import positive_int
+from store.cli_args import UserError, positive_int
 
 
 def _scenario_list(text: str) -> list[str]:

@@ -27,7 +27,6 @@ from chaos.schema import (
     FAULTS,
     FINAL,
     HISTORY,
-    INDETERMINATE,
     OBSERVATIONS,
     PARAMS,
     RECORDS,
@@ -38,7 +37,7 @@ from chaos.schema import (
     read_jsonl,
     validate_consumer_files,
 )
-from store.status import PutStatus
+from store.status import INDETERMINATE, PutStatus
 
 NEVER_MS = -(2**63)  # no message is void
 ALWAYS_MS = 2**63 - 1  # every message is void (the damage time is unknown)

@@ -27,8 +27,9 @@ process, not on a node.
 Times are epoch milliseconds. Every JSON Lines file is UTF-8, one object a
 line. SCHEMA_VERSION changes whenever a field changes meaning.
 
-Statuses in history.status are PutStatus names plus INDETERMINATE: the call
-failed or timed out and the client cannot know whether it was stored.
+Statuses in history.status are PutStatus names plus INDETERMINATE (both in
+store/status.py): the call failed or timed out and the client cannot know
+whether it was stored.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 SCHEMA_VERSION = 1
-INDETERMINATE = "INDETERMINATE"
 
 # field name -> (type, nullable, meaning). Types: str, int, bool, float, list, dict.
 PARAMS: dict[str, tuple[str, bool, str]] = {

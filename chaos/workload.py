@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from chaos.plan import stream
-from chaos.schema import INDETERMINATE
+from store.status import INDETERMINATE
 
 TOPIC = "chaos"
 # Statuses after which a retrying producer sends the same message again.

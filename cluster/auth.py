@@ -7,8 +7,9 @@ harness and `dlab send`, which read the token from the cluster directory, so
 requiring it everywhere costs nothing and keeps strangers on the host from
 writing into a store under test.
 
-The token travels as gRPC metadata (`x-dlab-token`), never on a command line
-(nodes read it from a 0600 file). It is compared with hmac.compare_digest.
+The token travels as gRPC metadata (`x-dlab-token`, ha/credentials.py), never
+on a command line (nodes read it from a 0600 file). It is compared with
+hmac.compare_digest.
 A refused call gets UNAUTHENTICATED with a message saying what to fix, and
 the node logs the refusal with the peer address.
 """
@@ -25,7 +26,8 @@ from typing import Any
 
 import grpc
 
-TOKEN_METADATA_KEY = "x-dlab-token"
+from ha.credentials import TOKEN_METADATA_KEY
+
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 MAX_TOKEN_BYTES = 4096
 
@@ -74,10 +76,6 @@ def read_token_file(path: str) -> str:
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         log.warning("token file %s is readable by group or others; chmod 600 it", path)
     return token
-
-
-def token_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    return ((TOKEN_METADATA_KEY, token),)
 
 
 def token_matches(presented: str | bytes | None, expected: bytes) -> bool:

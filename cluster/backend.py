@@ -17,22 +17,13 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ha.config import ShipLimit, SlaveAheadPolicy
+
 
 class Role(enum.StrEnum):
     SYNC_MASTER = "SYNC_MASTER"
     ASYNC_MASTER = "ASYNC_MASTER"
     SLAVE = "SLAVE"
-
-
-class SlaveAheadPolicy(enum.StrEnum):
-    REJECT = "reject"
-    TRUST = "trust"
-    TRUNCATE = "truncate"
-
-
-class ShipLimit(enum.StrEnum):
-    WROTE = "wrote"
-    FLUSHED = "flushed"
 
 
 class NodeState(enum.StrEnum):
@@ -135,35 +126,3 @@ class ClusterBackend(Protocol):
     def heal(self, a: str, b: str) -> None: ...
     def set_failpoints(self, name: str, spec: str) -> None: ...  # applies from next start
     def down(self) -> None: ...  # stop everything; leaves data dirs, removes the rest
-
-
-BACKEND_NAMES = ("local", "compose")
-
-
-def open_backend(name: str, directory: str) -> ClusterBackend:
-    """The backend called `name` for the cluster in `directory`."""
-    if name == "local":
-        from cluster.local import LocalBackend
-
-        return LocalBackend(directory)
-    if name == "compose":
-        from cluster.compose import ComposeBackend
-
-        return ComposeBackend(directory)
-    raise BackendError(f"unknown backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
-
-
-def backend_of(directory: str) -> ClusterBackend:
-    """The backend of the cluster `up` made in `directory` (it writes its name
-    into cluster.json); local when there is no cluster there yet."""
-    import json
-    import os
-
-    from cluster.state_dir import STATE_FILE
-
-    try:
-        with open(os.path.join(directory, STATE_FILE), encoding="utf-8") as f:
-            name = json.load(f).get("backend", "local")
-    except (OSError, ValueError):
-        name = "local"
-    return open_backend(name, directory)

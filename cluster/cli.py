@@ -1,34 +1,41 @@
-"""`dlab`: the one command-line entry. Each area registers its own
-subcommands (store/cli.py, store/bench.py, cluster/commands.py, ...), so this
-module only wires them together and turns expected errors into one clear
-line and exit code 2 instead of a traceback."""
+"""The command-line machinery, and the commands of the cluster layer and
+below. Each area registers its own subcommands (store/cli.py,
+store/bench.py, cluster/commands.py, ...), so this module only wires them
+together and turns expected errors into one clear line and exit code 2
+instead of a traceback.
+
+`dlab` (the console script) is chaos/cli.py: these commands plus the chaos
+harness's, which this layer may not import. `python -m cluster.cli`, how
+backends start nodes, runs the commands here (no chaos modules loaded)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-# Modules that define `register(subparsers, bench_subparsers)`; a module that
-# is not there yet (an area still being built) is skipped.
-COMMAND_MODULES = [
-    "store.cli",
-    "store.bench",
-    "cluster.commands",
-    "cluster.image",
-    "ha.bench",
-    "chaos.commands",
-    "chaos.run_commands",
-    "chaos.bench",
-]
+from cluster import commands, ha_bench, image
+from cluster.backend import BackendError
+from store import bench as store_bench
+from store import cli as store_cli
+from store.cli_args import UserError
+from store.config import ConfigError
+from store.lock import StoreLockedError
+from store.store import StoreOpenError
+
+# `register(subparsers, bench_subparsers)` of each area, in `--help` order.
+Register = Callable[[Any, Any], None]
+REGISTER: tuple[Register, ...] = (
+    store_cli.register,
+    store_bench.register,
+    commands.register,
+    image.register,
+    ha_bench.register,
+)
 
 
-class UserError(Exception):
-    """An error caused by input; printed as one line, exit code 2."""
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(register: Sequence[Register] = REGISTER) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlab",
         description=(
@@ -45,19 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         "figure as a ratio to it (this machine is shared; absolute times mean little).",
     )
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(sub, bench_sub)
+    for area in register:
+        area(sub, bench_sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, register: Sequence[Register] = REGISTER) -> int:
+    parser = build_parser(register)
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
@@ -69,11 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dlab: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # expected domain errors carry a message for users
-        from cluster.backend import BackendError
-        from store.config import ConfigError
-        from store.lock import StoreLockedError
-        from store.store import StoreOpenError
-
         if isinstance(exc, ConfigError | StoreLockedError | StoreOpenError | BackendError):
             print(f"dlab: error: {exc}", file=sys.stderr)
             return 2
@@ -81,9 +77,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m cluster.cli` (how backends start nodes) runs this file as
-    # __main__: call the imported module's main so the UserError that command
-    # modules raise (cluster.cli.UserError) is the class main catches.
-    from cluster.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -29,11 +29,12 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from chaos.schema import INDETERMINATE
-from cluster.auth import read_token_file, token_metadata
+from cluster.auth import read_token_file
 from cluster.wire import message_to_pb, status_from_pb
+from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
+from store.status import INDETERMINATE
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),

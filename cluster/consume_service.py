@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from cluster.auth import TOKEN_METADATA_KEY
+from ha.credentials import TOKEN_METADATA_KEY
 from proto import broker_pb2, broker_pb2_grpc
 from store.status import GetMessageStatus
 from store.store import MessageStore

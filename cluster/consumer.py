@@ -58,8 +58,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.auth import token_metadata
 from cluster.client import CHANNEL_OPTIONS
+from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.segments import fsync_dir
 

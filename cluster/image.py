@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster.docker_engine import EngineUnavailableError, connect
+from store.cli_args import UserError
 
 if TYPE_CHECKING:
     import docker
@@ -608,8 +609,6 @@ def register(subparsers: Any, bench_subparsers: Any) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from cluster.cli import UserError
-
     def log(line: str) -> None:
         print(f"dlab image: {line}", file=sys.stderr)
 

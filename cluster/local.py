@@ -28,18 +28,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.auth import write_token_file
-from cluster.backend import (
-    BackendError,
-    ClusterSpec,
-    NodeInfo,
-    NodeSpec,
-    NodeState,
-    Role,
-    ShipLimit,
-    SlaveAheadPolicy,
-)
+from cluster.backend import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState, Role
 from cluster.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
 from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from ha.config import ShipLimit, SlaveAheadPolicy
 
 HOST = "127.0.0.1"
 STOP_TIMEOUT_S = 30.0

@@ -11,13 +11,28 @@ both sides, so 1 MiB batches are what lets a slave catch up at disk speed
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
 
-from cluster.backend import ShipLimit, SlaveAheadPolicy
 from store.config import ConfigError
 
 KIB = 1024
 MIB = 1024 * KIB
+
+
+class SlaveAheadPolicy(enum.StrEnum):
+    """What a master does when a slave reports more than the master has."""
+
+    REJECT = "reject"
+    TRUST = "trust"
+    TRUNCATE = "truncate"
+
+
+class ShipLimit(enum.StrEnum):
+    """How far a master ships: what it wrote, or only what it has flushed."""
+
+    WROTE = "wrote"
+    FLUSHED = "flushed"
 
 
 @dataclass(frozen=True, kw_only=True)

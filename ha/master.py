@@ -21,9 +21,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from cluster.backend import ShipLimit
 from ha import frames
-from ha.config import HAConfig
+from ha.config import HAConfig, ShipLimit
 from ha.session import (
     Accept,
     Close,

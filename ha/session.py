@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.backend import SlaveAheadPolicy
-from ha.config import HAConfig
+from ha.config import HAConfig, SlaveAheadPolicy
 
 
 class RemoteProtocolError(Exception):

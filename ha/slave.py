@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from cluster.auth import token_metadata
 from ha import frames
 from ha.config import HAConfig
+from ha.credentials import token_metadata
 from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
 from proto import ha_pb2
 from store.clock import Clock

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from store import native as native_codec
+from store.cli_args import parse_size, positive_float, positive_int, writable_dir
 from store.config import GIB, MIB, NODE_SWITCH_INTERVAL_S, CrashModel, FlushMode, StoreConfig
 from store.record import Message, encode
 from store.status import PutStatus
@@ -299,8 +300,6 @@ def _run(fn: Callable[[str], dict[str, Any]], title: str, args: argparse.Namespa
 
 
 def register(sub: Any, bench_sub: Any) -> None:
-    from cluster.commands import parse_size, positive_float, positive_int, writable_dir
-
     def body_size(text: str) -> int:
         n = parse_size(text)
         limit = StoreConfig().max_message_size_bytes

@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from store.cli_args import UserError
 from store.inspect import InspectError, InspectReport, StoreFiles, iter_records
 
 INSPECT_DESCRIPTION = """\
@@ -86,8 +87,6 @@ def register(sub: Any, bench_sub: Any) -> None:
 
 
 def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from cluster.cli import UserError
-
     try:
         files = StoreFiles(args.dir)
     except InspectError as exc:

@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from cluster.auth import generate_token
-from cluster.backend import ClusterSpec, NodeSpec, Role, ShipLimit, SlaveAheadPolicy
+from cluster.backend import ClusterSpec, NodeSpec, Role
 from cluster.client import FAST_RECONNECT, NodeClient, make_message
 from cluster.local import LocalBackend
+from ha.config import ShipLimit, SlaveAheadPolicy
 
 T = TypeVar("T")
 

@@ -19,7 +19,8 @@ from compose_support import needs_engine
 from ha_helpers import spec, wait_until
 
 from cluster.auth import generate_token
-from cluster.backend import BackendError, ClusterBackend, NodeState, Role, open_backend
+from cluster.backend import BackendError, ClusterBackend, NodeState, Role
+from cluster.backends import open_backend
 from cluster.client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
 
 BACKENDS = ["local", pytest.param("compose", marks=needs_engine)]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from cluster.cli import build_parser
+from chaos.cli import build_parser
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import pytest
 from ha_helpers import client, running_cluster, status
 
-from chaos.schema import INDETERMINATE
 from cluster.backend import Role
 from cluster.client import AsyncNodeClient, NodeCallError, NodeClient, make_message
 from cluster.local import LocalBackend
 from cluster.procs import free_ports
+from store.status import INDETERMINATE
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 from ha_helpers import client, running_cluster, send_n, status, wait_connected, wait_until
 
 from cluster import consume_service
-from cluster.auth import token_metadata, write_token_file
+from cluster.auth import write_token_file
 from cluster.backend import NodeSpec, Role
 from cluster.cli import build_parser
 from cluster.client import make_message
@@ -36,6 +36,7 @@ from cluster.consumer import (
 )
 from cluster.local import LocalBackend
 from cluster.procs import free_ports
+from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.status import GetMessagesResult, GetMessageStatus, QueuedMessage
 

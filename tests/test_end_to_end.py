@@ -15,7 +15,7 @@ import sys
 def test_matrix_then_report(tmp_path: str) -> None:
     out = os.path.join(tmp_path, "matrix")
     proc = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "chaos", "matrix", "--out", out,
+        [sys.executable, "-m", "chaos.cli", "chaos", "matrix", "--out", out,
          "--scenarios", "master-crash,clean-restart", "--producers", "2", "--seed", "4"],
         capture_output=True, text=True, timeout=600,
     )

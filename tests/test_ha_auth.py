@@ -26,9 +26,10 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.auth import token_metadata, write_token_file
+from cluster.auth import write_token_file
 from cluster.client import NodeCallError, NodeClient, make_message
 from cluster.local import LocalBackend
+from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
 
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.backend import SlaveAheadPolicy
-from ha.config import HAConfig
+from ha.config import HAConfig, SlaveAheadPolicy
 from ha.session import (
     Accept,
     Apply,

@@ -26,8 +26,9 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.backend import Role, SlaveAheadPolicy
+from cluster.backend import Role
 from cluster.local import LocalBackend
+from ha.config import SlaveAheadPolicy
 
 
 def _make_slave_ahead(b: LocalBackend, tok: str) -> tuple[int, int]:

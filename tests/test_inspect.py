@@ -32,9 +32,8 @@ from store.record import MESSAGE_MAGIC, body_crc, encode, encode_blank
 from store.segments import segment_name
 from store.store import MessageStore
 
-# What the `dlab` console script runs (`python -m cluster.cli` would load the
-# module twice, as __main__ and as cluster.cli).
-DLAB = [sys.executable, "-c", "import sys; from cluster.cli import main; sys.exit(main())"]
+# What the `dlab` console script runs.
+DLAB = [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())"]
 
 
 def dlab(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

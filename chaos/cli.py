@@ -1,0 +1,29 @@
+"""`dlab`, the console script: every command of cluster/cli.py plus the chaos
+harness's (`dlab chaos ...`, `dlab report`, `dlab bench pipeline`, ...).
+
+It lives in the top layer because it is the one module that imports every
+area's commands; cluster/cli.py holds the parser and error handling it uses.
+Run it without installing as `python -m chaos.cli`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from chaos import bench, commands, run_commands
+from cluster import cli
+
+REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return cli.build_parser(REGISTER)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(argv, REGISTER)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The backends by name: open the one asked for, or the one a cluster
+directory was made with. Apart from cluster/backend.py (the interface) so
+that the implementations, which import the interface, are not imported back
+by it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from cluster.backend import BackendError, ClusterBackend
+from cluster.compose import ComposeBackend
+from cluster.local import LocalBackend
+from cluster.state_dir import STATE_FILE
+
+BACKEND_NAMES = ("local", "compose")
+
+
+def open_backend(name: str, directory: str) -> ClusterBackend:
+    """The backend called `name` for the cluster in `directory`."""
+    if name == "local":
+        return LocalBackend(directory)
+    if name == "compose":
+        return ComposeBackend(directory)
+    raise BackendError(f"unknown backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
+
+
+def backend_of(directory: str) -> ClusterBackend:
+    """The backend of the cluster `up` made in `directory` (it writes its name
+    into cluster.json); local when there is no cluster there yet."""
+    try:
+        with open(os.path.join(directory, STATE_FILE), encoding="utf-8") as f:
+            name = json.load(f).get("backend", "local")
+    except (OSError, ValueError):
+        name = "local"
+    return open_backend(name, directory)

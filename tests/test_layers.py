@@ -1,0 +1,47 @@
+"""The CLI respects the layers at run time too. lint-imports (scripts/test)
+checks the static imports; a command module loaded by name (importlib) is
+invisible to it, so these tests load the entries and look at what came in."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _subcommands(parser: object) -> dict[str, list[str]]:
+    """{command: [its subcommands]} of an argparse parser, for `bench`'s."""
+    import argparse
+
+    assert isinstance(parser, argparse.ArgumentParser)
+    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: [n for a in p._actions if isinstance(a, argparse._SubParsersAction)
+                   for n in a.choices]
+            for name, p in top.choices.items()}
+
+
+def test_the_dlab_script_has_every_areas_commands() -> None:
+    script = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["dlab"]
+    module, _, func = script.partition(":")
+    entry = importlib.import_module(module)
+    assert callable(getattr(entry, func))
+    commands = _subcommands(entry.build_parser())
+    assert {"store", "node", "send", "consume", "cluster", "image", "report",
+            "chaos"} <= set(commands)
+    assert {"store", "group-commit", "recovery", "catch-up", "sync-master",
+            "pipeline"} <= set(commands["bench"])
+
+
+def test_the_node_entry_loads_no_chaos_module() -> None:
+    """`python -m cluster.cli` (how backends start nodes) builds its parser
+    without loading the layer above it."""
+    code = ("import json, sys; from cluster import cli; cli.build_parser(); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'chaos')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=ROOT)
+    assert json.loads(out.stdout) == []
