@@ -47,7 +47,7 @@ NOT_UTF8 = b'\xff\xfe{"offsetTable": {}}'
 
 
 def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True,
                           text=True, timeout=timeout, check=False, cwd=REPO)
 
 
