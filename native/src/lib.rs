@@ -81,9 +81,11 @@ fn scan_impl(b: &[u8], mut pos: usize, limit: usize, base: i64) -> (usize, usize
             break;
         }
         let props_at = body_end + 1 + b[body_end] as usize;
-        if props_at + 2 > end
-            || props_at + 2 + (u16::from_be_bytes([b[props_at], b[props_at + 1]]) as usize) != end
-        {
+        // PROPERTIES length is a signed short, as RocketMQ (and decode) read it.
+        if props_at + 2 > end || {
+            let props_len = i16::from_be_bytes([b[props_at], b[props_at + 1]]);
+            props_len < 0 || props_at + 2 + props_len as usize != end
+        } {
             break;
         }
         pos = end;
