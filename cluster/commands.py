@@ -85,6 +85,15 @@ def writable_dir(text: str) -> str:
     return text
 
 
+def topic_name(text: str) -> str:
+    """A topic as every node accepts it (store/names.py: it names a directory)."""
+    from store.names import topic_problem
+
+    if problem := topic_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def address(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -238,7 +247,7 @@ def _register_send(sub: Any) -> None:
     p.add_argument("--rate", type=non_negative_float, default=0.0,
                    help="messages per second in total (0 = as fast as possible)")
     p.add_argument("--concurrency", type=positive_int, default=1)
-    p.add_argument("--topic", default="dlab-load")
+    p.add_argument("--topic", type=topic_name, default="dlab-load")
     p.add_argument("--timeout", type=non_negative_float, default=10.0,
                    help="per-call deadline in seconds")
     p.add_argument("--max-seconds", type=non_negative_float, default=300.0,
@@ -343,7 +352,7 @@ examples:
                             "--token-file)")
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
     p.add_argument("--group", required=True, help="the consumer group")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", type=topic_name, required=True)
     p.add_argument("--mode", choices=["cluster", "broadcast"], default="cluster",
                    help="where offsets live: the broker (cluster) or --offset-file (broadcast)")
     p.add_argument("--offset-file", help="broadcast mode's local offset file")
