@@ -83,7 +83,7 @@ class LocalBackend(ClusterDir):
         for s in spec.slaves:
             if s.role != Role.SLAVE:
                 raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
-        with self._locked():
+        with self._locked(create=True):
             if os.path.exists(self._path(STATE_FILE)):
                 old = self._load()
                 alive = [n for n, v in old["nodes"].items() if proc_state(_pid(v)) != "gone"]

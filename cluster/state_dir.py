@@ -33,8 +33,14 @@ class ClusterDir:
         return os.path.join(self._dir(), *parts)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        os.makedirs(self._dir(), exist_ok=True)
+    def _locked(self, *, create: bool = False) -> Iterator[None]:
+        """Hold cluster.lock. Only `up` (create) makes the directory and the
+        lock; every other command needs a cluster there and creates nothing
+        (`status --dir` with a typo must not leave a directory behind)."""
+        if create:
+            os.makedirs(self._dir(), exist_ok=True)
+        elif not os.path.exists(self._path(STATE_FILE)):
+            self._load()  # raises: "no cluster in DIR; start one with ..."
         fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
