@@ -183,8 +183,10 @@ class LocalBackend(ClusterDir):
                 except grpc.RpcError:
                     pass
                 if time.monotonic() > deadline:
-                    raise BackendError(f"node {name} did not become healthy in time; see "
-                                       f"{self._path('nodes', name, 'node.log')}")
+                    raise BackendError(
+                        f"node {name} did not become healthy in time: nothing answered a "
+                        f"health check at {n['address']}, the address the cluster gave it "
+                        f"(--listen); see {self._path('nodes', name, 'node.log')}")
                 time.sleep(0.05)
 
     # --------------------------------------------------------------- query
