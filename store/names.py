@@ -27,11 +27,6 @@ _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_QUEUE_ID = 1023
 
 
-class InvalidNameError(ValueError):
-    """A topic, queue id or peer name breaks its rule; the message says
-    which rule and what was given."""
-
-
 def name_problem(kind: str, name: str, max_length: int) -> str | None:
     """What is wrong with `name` as a `kind` (a topic, a slave name), or
     None. The answer always states the whole rule."""
@@ -64,10 +59,3 @@ def queue_id_problem(queue_id: int) -> str | None:
         return f"queue id {queue_id} is out of range: queues are numbered 0..{MAX_QUEUE_ID}"
     return None
 
-
-def check_topic(topic: str) -> str:
-    """`topic` itself, or InvalidNameError naming the rule it breaks."""
-    problem = topic_problem(topic)
-    if problem:
-        raise InvalidNameError(problem)
-    return topic

@@ -189,6 +189,7 @@ def test_a_slave_name_is_bounded_and_a_connected_slave_cannot_be_displaced(
     the real slave's stream."""
     b, tok = cluster
     addr = b.node("master").address
+    assert {o.status for o in send_n(b, tok, 1, prefix="first")} == {"PUT_OK"}
     wait_caught_up(b, tok)
     before = slave_link(b, tok)
     assert before["state"] == "connected"
