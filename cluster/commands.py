@@ -31,6 +31,15 @@ from store.cli_args import (
 )
 
 
+def topic_name(text: str) -> str:
+    """A topic as every node accepts it (store/names.py: it names a directory)."""
+    from store.names import topic_problem
+
+    if problem := topic_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def address(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -98,7 +107,7 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
     from cluster.auth import TokenError, read_token_file
     from cluster.node import NodeConfig
     from ha.config import HAConfig
-    from store.config import CrashModel, FlushMode, StoreConfig
+    from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
 
     try:
         token = read_token_file(args.token_file)
@@ -122,10 +131,27 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         slave_timeout_ms=args.slave_timeout_ms, max_gap_not_in_sync_bytes=args.ha_max_gap_bytes,
         reconnect_min_ms=args.ha_reconnect_min_ms, reconnect_max_ms=args.ha_reconnect_max_ms,
     )
-    return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir, token=token,
-                      listen=args.listen, master=args.master, store=store, ha=ha,
-                      failpoints=args.failpoints,
-                      consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms).validate()
+    try:
+        return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir,
+                          token=token, listen=args.listen, master=args.master, store=store,
+                          ha=ha, failpoints=args.failpoints,
+                          consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms
+                          ).validate()
+    except ConfigError as exc:
+        raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
+
+
+# Config fields whose `dlab node` option is not simply the field's name.
+NODE_OPTIONS = {"segment_size_bytes": "--segment-size",
+                "max_message_size_bytes": "--max-message-size"}
+
+
+def as_options(message: str, options: dict[str, str]) -> str:
+    """A config error as a command line user reads it: field names as the
+    options that set them."""
+    for field_name, option in options.items():
+        message = message.replace(field_name, option)
+    return message
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -184,7 +210,7 @@ def _register_send(sub: Any) -> None:
     p.add_argument("--rate", type=non_negative_float, default=0.0,
                    help="messages per second in total (0 = as fast as possible)")
     p.add_argument("--concurrency", type=positive_int, default=1)
-    p.add_argument("--topic", default="dlab-load")
+    p.add_argument("--topic", type=topic_name, default="dlab-load")
     p.add_argument("--timeout", type=non_negative_float, default=10.0,
                    help="per-call deadline in seconds")
     p.add_argument("--max-seconds", type=non_negative_float, default=300.0,
@@ -289,7 +315,7 @@ examples:
                             "--token-file)")
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
     p.add_argument("--group", required=True, help="the consumer group")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", type=topic_name, required=True)
     p.add_argument("--mode", choices=["cluster", "broadcast"], default="cluster",
                    help="where offsets live: the broker (cluster) or --offset-file (broadcast)")
     p.add_argument("--offset-file", help="broadcast mode's local offset file")
@@ -456,6 +482,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         extra = tuple(shlex.split(args.node_args))
     except ValueError as exc:
         raise UserError(f"--node-args: {exc}") from None
+    _check_node_args(args.segment_size, extra)
     try:
         token = read_token_file(args.token_file) if args.token_file else generate_token()
     except TokenError as exc:
@@ -478,6 +505,49 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     _print_nodes(infos)
     print(f"token: {os.path.join(spec.directory, 'token')}")
     return 0
+
+
+# `dlab node` options `cluster up` sets for every node itself: given in
+# --node-args they would override it (a --listen elsewhere leaves the
+# cluster waiting on an address nobody answers).
+_HARNESS_OPTIONS = {
+    "--listen": "each node gets a free port on 127.0.0.1, where the cluster waits for it and "
+                "points slaves and clients",
+    "--master": "each slave reaches its master through its link proxy",
+    "--name": "the nodes are master, slave1, slave2, ...",
+    "--role": "use cluster up's --role",
+    "--data-dir": "each node's store is DIR/nodes/NAME/data",
+    "--token-file": "use cluster up's --token-file",
+}
+
+
+def _check_node_args(segment_size: int, node_args: tuple[str, ...]) -> None:
+    """Refuse, before any node starts, --node-args that set what the cluster
+    sets itself, and a --segment-size that cannot hold the nodes' largest
+    message (--max-message-size, a node option)."""
+    from store.config import ConfigError, StoreConfig
+
+    probe = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    probe.add_argument("--max-message-size", type=parse_size,
+                       default=StoreConfig().max_message_size_bytes)
+    for option in _HARNESS_OPTIONS:
+        probe.add_argument(option)
+    try:
+        given = vars(probe.parse_known_args(list(node_args))[0])
+    except argparse.ArgumentError:
+        return  # the node says what is wrong with its arguments
+    for option, why in _HARNESS_OPTIONS.items():
+        value = given[option.removeprefix("--").replace("-", "_")]
+        if value is not None:
+            raise UserError(f"--node-args cannot set {option} ({value}): the cluster sets it "
+                            f"for every node ({why}); leave it out")
+    max_message = given["max_message_size"]
+    try:
+        StoreConfig(segment_size_bytes=segment_size,
+                    max_message_size_bytes=max_message).validate()
+    except ConfigError as exc:
+        raise UserError(as_options(str(exc), NODE_OPTIONS) + " (--max-message-size is a node "
+                        "option: --node-args '--max-message-size 512KiB')") from None
 
 
 def _print_nodes(infos: list[NodeInfo]) -> None:

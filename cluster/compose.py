@@ -258,7 +258,7 @@ class ComposeBackend(ClusterDir):
                 raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
         self._docker()
         self._ensure_image()
-        with self._locked():
+        with self._locked(create=True):
             project = project_name(self._dir())
             if os.path.exists(self._path(STATE_FILE)):
                 old = self._load()

@@ -31,6 +31,7 @@ import grpc
 
 from ha.credentials import TOKEN_METADATA_KEY
 from proto import broker_pb2, broker_pb2_grpc
+from store.names import queue_id_problem, topic_problem
 from store.status import GetMessageStatus
 from store.store import MessageStore
 
@@ -54,10 +55,10 @@ class BadConsumeRequest(ValueError):
 
 
 def _check_queue(topic: str, queue_id: int) -> None:
-    if not topic:
-        raise BadConsumeRequest("topic is empty: name the topic to consume")
-    if queue_id < 0:
-        raise BadConsumeRequest(f"queue_id {queue_id} is negative: queues are numbered from 0")
+    # The rules every put obeys (store/names.py): nothing else names a queue.
+    problem = topic_problem(topic) or queue_id_problem(queue_id)
+    if problem:
+        raise BadConsumeRequest(problem)
 
 
 def pull(store: MessageStore, req: broker_pb2.PullRequest, role: str) -> broker_pb2.PullResponse:

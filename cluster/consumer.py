@@ -61,6 +61,7 @@ import grpc
 from cluster.client import CHANNEL_OPTIONS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
+from store.names import queue_id_problem, topic_problem
 from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
@@ -176,8 +177,8 @@ class Consumer:
             raise ConsumerError("broadcast mode keeps offsets in a local file: pass offset_file")
         if not group or "@" in group:
             raise ConsumerError(f"group {group!r}: give a non-empty name without '@'")
-        if not topic:
-            raise ConsumerError("topic is empty: name the topic to consume")
+        if problem := topic_problem(topic):
+            raise ConsumerError(problem)
         if not token:
             raise ConsumerError("the cluster token is empty (it is in the cluster's DIR/token)")
         for name, value in (("commit_interval_ms", commit_interval_ms),
@@ -193,6 +194,8 @@ class Consumer:
             raise ConsumerError(f"timeout_s {timeout_s}: must be positive")
         if queue_ids is not None and (not queue_ids or min(queue_ids) < 0):
             raise ConsumerError("queue_ids: give queue ids >= 0, or None for every queue")
+        if queue_ids and (problem := queue_id_problem(max(queue_ids))):
+            raise ConsumerError(f"queue_ids: {problem}")
         self.group, self.topic, self.mode = group, topic, mode
         self.commit_interval_s = commit_interval_ms / 1000
         self.offset_file = offset_file

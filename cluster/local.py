@@ -75,7 +75,7 @@ class LocalBackend(ClusterDir):
         for s in spec.slaves:
             if s.role != Role.SLAVE:
                 raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
-        with self._locked():
+        with self._locked(create=True):
             if os.path.exists(self._path(STATE_FILE)):
                 old = self._load()
                 alive = [n for n, v in old["nodes"].items() if proc_state(_pid(v)) != "gone"]
@@ -175,8 +175,10 @@ class LocalBackend(ClusterDir):
                 except grpc.RpcError:
                     pass
                 if time.monotonic() > deadline:
-                    raise BackendError(f"node {name} did not become healthy in time; see "
-                                       f"{self._path('nodes', name, 'node.log')}")
+                    raise BackendError(
+                        f"node {name} did not become healthy in time: nothing answered a "
+                        f"health check at {n['address']}, the address the cluster gave it "
+                        f"(--listen); see {self._path('nodes', name, 'node.log')}")
                 time.sleep(0.05)
 
     # --------------------------------------------------------------- query

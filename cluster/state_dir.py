@@ -33,13 +33,19 @@ class ClusterDir:
         return os.path.join(self._dir(), *parts)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, create: bool = False) -> Iterator[None]:
+        """Hold cluster.lock. Only `up` (create) makes the directory and the
+        lock; every other command needs a cluster there and creates nothing
+        (`status --dir` with a typo must not leave a directory behind)."""
         directory = self._dir()
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise BackendError(f"--dir {directory} is a file, not a directory: give a "
                                "directory for the cluster (it is created if missing)")
         try:
-            os.makedirs(directory, exist_ok=True)
+            if create:
+                os.makedirs(directory, exist_ok=True)
+            elif not os.path.exists(self._path(STATE_FILE)):
+                self._load()  # raises: "no cluster in DIR; start one with ..."
             fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise BackendError(f"cannot use {directory} as a cluster directory: "

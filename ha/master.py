@@ -35,6 +35,7 @@ from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
 from store.clock import Clock
 from store.failpoints import Failpoints
+from store.names import name_problem
 from store.record import CorruptRecordError
 from store.status import PutStatus
 from store.store import MessageStore
@@ -43,6 +44,7 @@ log = logging.getLogger("dlab.ha.master")
 SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 # How long a closing stream waits for a write in flight (see _run_stream).
 WRITE_DRAIN_S = 2.0
+SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node.py NodeConfig)
 
 
 @dataclass
@@ -68,6 +70,7 @@ class _Stream:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     close: tuple[grpc.StatusCode, str] | None = None
     truncate_sent: int | None = None
+    context: grpc.aio.ServicerContext | None = None  # the call: is it over?
 
     def close_with(self, code: grpc.StatusCode, reason: str) -> None:
         if self.close is None:
@@ -156,7 +159,12 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         first = await self._first_report(context)
         if first is None:
             return
+        refusal = self._claim_refusal(first.slave)
+        if refusal is not None:
+            log.warning("refusing a replication stream from %s: %s", context.peer(), refusal[1])
+            await context.abort(*refusal)
         stream = self._open_stream(first, context.peer())
+        stream.context = context
         await self._run_stream(context, stream)
         if stream.close is not None and stream.close[0] != grpc.StatusCode.OK:
             try:
@@ -183,8 +191,35 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                                 f"no report within {housekeeping_s:g} s of opening the stream")
         raise AssertionError("unreachable: abort raises")
 
+    def _claim_refusal(self, name: str) -> tuple[grpc.StatusCode, str] | None:
+        """Why a new stream may not be slave `name`, or None.
+
+        The name is shown in status and logs: 1..64 characters of the topic
+        rule (store/names.py). A stream is the slave its first report names
+        for its whole life (later reports' names are not read), and a second
+        stream naming a slave whose stream is live is refused: it must not
+        disconnect the real one. The old stream counts as over, and is
+        replaced, once its call has ended or it has expired by the master's
+        own rule (no report for the housekeeping interval)."""
+        problem = name_problem("slave name", name, SLAVE_NAME_MAX_LENGTH)
+        if problem:
+            return grpc.StatusCode.INVALID_ARGUMENT, problem
+        live = self._streams.get(name)
+        if live is None or live.close is not None:
+            return None
+        if live.context is not None and (live.context.done() or live.context.cancelled()):
+            return None
+        now = self.clock.monotonic()
+        if live.session.expired(now):
+            return None
+        silent_s = now - live.session.last_report
+        return (grpc.StatusCode.ALREADY_EXISTS,
+                f"slave {name} is connected from {live.peer} (last report {silent_s:.1f} s "
+                "ago): a second stream with its name is refused; retry once that stream "
+                "has ended")
+
     def _open_stream(self, first: ha_pb2.Report, peer: str) -> _Stream:
-        name = first.slave or peer
+        name = first.slave
         session = MasterSession(name, self.config, now=self.clock.monotonic())
         link = self.links.get(name) or SlaveLinkState(slave=name)
         self.links[name] = link

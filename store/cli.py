@@ -51,7 +51,8 @@ examples:
               reason, detail, problems}]  (in_log false: past the end of the log);
   recovery: {mode, opens, refusal, scans_from, max_valid_offset, first_bad_offset,
              truncates_at, segments_removed, notes};
-  markers: {abort_present, abort_pid, lock_present, lock_pid, checkpoint,
+  markers: {abort_present, abort_pid, lock_present, lock_pid, lock_held_by (the pid
+            holding the lock while this was read: the store is in use), checkpoint,
             checkpoint_problem};
   consume_queues: [{topic, queue_id, files, units, min_offset, max_offset,
                     first_bad_unit, reason}]  (units: what recovery keeps);
@@ -167,8 +168,10 @@ def format_report(r: InspectReport) -> str:
         lines.append(f"                    logics {_when(m.checkpoint.logics_ms)}")
     else:
         lines.append(f"  checkpoint        unusable: {m.checkpoint_problem}")
-    lines.append("  lock              " + (f"last opened by pid {m.lock_pid or '?'}"
-                                           if m.lock_present else "no lock file"))
+    lines.append("  lock              " + (
+        f"held now by pid {m.lock_held_by}: the store is in use (see problems)"
+        if m.lock_held_by is not None
+        else f"last opened by pid {m.lock_pid or '?'}" if m.lock_present else "no lock file"))
     rec = r.recovery
     lines.append("")
     lines.append(f"opening it would run {rec.mode} recovery:")

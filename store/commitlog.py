@@ -49,6 +49,7 @@ from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
 from store.failpoints import DISARMED, Failpoints
+from store.names import queue_id_problem, topic_problem
 from store.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -343,6 +344,12 @@ class CommitLog:
                             PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
                             detail=f"body of {len(msg.body)} bytes exceeds max_message_size "
                                    f"{limit}"))
+                        continue
+                    # Topic and queue id name a consume queue directory.
+                    problem = topic_problem(msg.topic) or queue_id_problem(msg.queue_id)
+                    if problem:
+                        results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                                                 detail=problem))
                         continue
                     key = (msg.topic, msg.queue_id)
                     q = qo.get(key, 0)

@@ -91,8 +91,11 @@ class StoreConfig:
         need(self.max_message_size_bytes >= 1, "max_message_size_bytes must be positive")
         need(
             self.max_message_size_bytes + 512 <= self.segment_size_bytes,
-            "max_message_size_bytes must leave room for a whole record in one segment "
-            f"(segment {self.segment_size_bytes} bytes); raise segment_size_bytes",
+            f"max_message_size_bytes ({self.max_message_size_bytes}) must leave room for a "
+            f"whole record (the body and up to 512 bytes more) in one segment "
+            f"(segment_size_bytes {self.segment_size_bytes}): raise segment_size_bytes to at "
+            f"least {self.max_message_size_bytes + 512} or lower max_message_size_bytes to "
+            f"at most {max(1, self.segment_size_bytes - 512)}",
         )
         need(self.flush_interval_ms >= 1, "flush_interval_ms must be at least 1")
         need(self.flush_least_pages >= 0, "flush_least_pages must be 0 or more")

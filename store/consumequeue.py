@@ -43,6 +43,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 
+from store.names import queue_id_problem, topic_problem
 from store.segments import fsync_dir
 
 UNIT = struct.Struct(">qiq")
@@ -55,7 +56,9 @@ log = logging.getLogger("dlab.store.consumequeue")
 class DispatchError(RuntimeError):
     """A record's QUEUEOFFSET does not fit its queue (a gap, or a different
     record already at that index): the CommitLog and its index disagree.
-    `kind` is "gap" or "conflict"; `index` the QUEUEOFFSET in question."""
+    Or the record's topic or queue id cannot name a queue directory
+    (store/names.py): a store written before names were checked.
+    `kind` is "gap", "conflict" or "name"; `index` the QUEUEOFFSET in question."""
 
     def __init__(self, message: str, *, topic: str, queue_id: int, index: int,
                  kind: str) -> None:
@@ -64,6 +67,16 @@ class DispatchError(RuntimeError):
         self.queue_id = queue_id
         self.index = index
         self.kind = kind
+
+
+def _name_error(topic: str, queue_id: int, queue_offset: int) -> DispatchError | None:
+    """The DispatchError (kind "name") for a record whose topic or queue id
+    cannot name a queue directory (`../x`, `/tmp/x`, a NUL, -1), else None."""
+    problem = topic_problem(topic) or queue_id_problem(queue_id)
+    if problem is None:
+        return None
+    return DispatchError(f"record {topic[:80]!r}/{queue_id} #{queue_offset}: {problem}",
+                         topic=topic, queue_id=queue_id, index=queue_offset, kind="name")
 
 
 def tags_hash(tags: str | None) -> int:
@@ -344,7 +357,12 @@ class ConsumeQueues:
         # a unit a concurrent write is copying).
         self._io_lock = threading.Lock()
 
-    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _new(self, topic: str, queue_id: int, queue_offset: int = 0) -> ConsumeQueue:
+        """A new queue; DispatchError (kind "name") where the topic or queue
+        id would make a path outside the rule (`../x`, `/tmp/x`, a NUL)."""
+        bad = _name_error(topic, queue_id, queue_offset)
+        if bad is not None:
+            raise bad
         q = ConsumeQueue(os.path.join(self.root, topic, str(queue_id)), topic, queue_id,
                          file_units=self.file_units, write_through=self.write_through)
         self.queues[(topic, queue_id)] = q
@@ -357,8 +375,17 @@ class ConsumeQueues:
             tdir = os.path.join(self.root, topic)
             if not os.path.isdir(tdir):
                 continue
+            # Never followed out of the store: a name the rule refuses, or a
+            # symbolic link, is left alone (the CommitLog rebuilds the queues).
+            problem = topic_problem(topic) or ("a symbolic link" if os.path.islink(tdir)
+                                               else None)
+            if problem:
+                self.notes.append(f"ignored {DIR_NAME}/{topic[:80]!r}: {problem}")
+                continue
             for qid in sorted(os.listdir(tdir)):
-                if not qid.lstrip("-").isdigit() or not os.path.isdir(os.path.join(tdir, qid)):
+                qdir = os.path.join(tdir, qid)
+                if (not qid.isdigit() or qid != str(int(qid)) or queue_id_problem(int(qid))
+                        or os.path.islink(qdir) or not os.path.isdir(qdir)):
                     self.notes.append(f"ignored {os.path.join(topic, qid)}: not a queue directory")
                     continue
                 note = self._new(topic, int(qid)).load(commitlog_end, on_cut)
@@ -383,12 +410,14 @@ class ConsumeQueues:
         try:
             for topic, qid, qo, offset, size, tag, ts in units:
                 q = queues.get((topic, qid))
-                if q is None:
-                    q = self._new(topic, qid)
                 try:
+                    if q is None:
+                        q = self._new(topic, qid, qo)
                     added += q.dispatch(qo, offset, size, tag)
                 except DispatchError as exc:
-                    if strict:
+                    # A bad name stays bad however often dispatch is retried:
+                    # skipped even when strict.
+                    if strict and exc.kind != "name":
                         raise
                     self._skip(exc)
                 self.last_ts = ts  # after the unit: flush reads it before writing
@@ -409,9 +438,16 @@ class ConsumeQueues:
         added = 0
         try:
             for topic, qid, contiguous, qos_b, offs_b, sizes_b, tags_b in groups:
-                q = self.queues.get((topic, qid)) or self._new(topic, qid)
                 qos, offs, sizes, tags = array("q"), array("q"), array("i"), array("q")
                 qos.frombytes(qos_b)
+                q = self.queues.get((topic, qid))
+                if q is None:
+                    bad = _name_error(topic, qid, qos[0])
+                    if bad is not None:  # each record skipped, as dispatch skips it
+                        for qo in qos:
+                            self._skip(_name_error(topic, qid, qo) or bad)
+                        continue
+                    q = self._new(topic, qid)
                 offs.frombytes(offs_b)
                 sizes.frombytes(sizes_b)
                 tags.frombytes(tags_b)

@@ -43,6 +43,7 @@ from typing import Any
 from store.checkpoint import Checkpoint, read_checkpoint
 from store.consumequeue import DIR_NAME as CQ_DIR
 from store.consumequeue import UNIT, UNIT_SIZE
+from store.lock import lock_holder
 from store.record import MESSAGE_MAGIC, CorruptRecordError, Record, decode, peek
 from store.recovery import first_record_timestamp, plan_recovery, scan_segment
 from store.segments import NAME_DIGITS, SegmentListing, list_segments, segment_name
@@ -106,6 +107,9 @@ class Markers:
     abort_pid: str | None = None
     lock_present: bool = False
     lock_pid: str | None = None  # written by the last process that opened the store
+    # The pid holding the lock as the store was read: it is in use, and
+    # these are files being written, not a stopped store.
+    lock_held_by: int | None = None
     checkpoint: Checkpoint | None = None
     checkpoint_problem: str | None = None
 
@@ -304,6 +308,12 @@ def inspect_log(
                     f"commitlog/{name}: damaged record at offset {scan.end} "
                     f"({scan.reason}: {scan.detail}){_magic_hint(scan.detail)}"
                 )
+            elif trailing and markers.lock_held_by is not None:
+                seg_problems.append(
+                    f"commitlog/{name}: non-zero bytes after the end of data at {scan.end}: "
+                    "most likely records written while this was read (the store is in use), "
+                    "not damage"
+                )
             elif trailing:
                 seg_problems.append(
                     f"commitlog/{name}: non-zero bytes after the end of data at {scan.end} "
@@ -336,6 +346,7 @@ def inspect_log(
         last_record = _last_record_offset(segments, read)
     recovery = _preview(listing, read, markers, bad[0] if bad else None, zero_from)
     problems.extend(_marker_problems(markers, last_ts))
+    problems[:0] = _in_use_problems(markers)  # first: it changes how to read the rest
     return InspectReport(
         path=path,
         segment_size=seg_size,
@@ -401,6 +412,19 @@ def _walk(buf: Buffer, start: int, end: int) -> Iterator[tuple[int, int]]:
             return
         yield start + pos, size
         pos += size
+
+
+def _in_use_problems(markers: Markers) -> list[str]:
+    out: list[str] = []
+    if markers.lock_held_by is not None:
+        out.append(
+            f"the store is in use: process {markers.lock_held_by} holds its lock. This reading "
+            "is of files being written: the end of data moves, bytes after it can be a write "
+            "in progress, records not yet flushed are not in the files, and the abort file "
+            "and checkpoint are the running node's. Stop the node (`dlab cluster stop NAME`) "
+            "and inspect again for what recovery would see"
+        )
+    return out
 
 
 def _marker_problems(markers: Markers, last_ts: int | None) -> list[str]:
@@ -622,6 +646,7 @@ def _read_markers(path: str) -> Markers:
         abort_pid=_read_small(abort) if os.path.exists(abort) else None,
         lock_present=os.path.exists(lock),
         lock_pid=_read_small(lock) if os.path.exists(lock) else None,
+        lock_held_by=lock_holder(lock) if os.path.exists(lock) else None,
         checkpoint=cp,
         checkpoint_problem=problem,
     )

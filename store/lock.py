@@ -33,3 +33,40 @@ class StoreLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = -1
+
+
+def lock_holder(path: str) -> int | None:
+    """The pid holding the store lock at `path` now, found without taking it
+    (a reader must not make a starting node fail to lock): Linux lists every
+    flock in /proc/locks by device and inode. None when nobody holds it, or
+    where /proc/locks does not exist."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    written = _pid_in(path)
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 3084 fd:01:1183877 0 EOF" ("->" lines wait)
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[3] != "WRITE":
+            continue
+        dev, _, ino = fields[5].rpartition(":")
+        if not ino.isdigit() or int(ino) != st.st_ino or not fields[4].isdigit():
+            continue
+        pid = int(fields[4])
+        # The device as stat sees it; on overlay filesystems /proc/locks
+        # names the layer below, so the pid the holder wrote decides.
+        if dev == f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}" or pid == written:
+            return pid
+    return None
+
+
+def _pid_in(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -365,7 +365,10 @@ def verify(buf: bytes | memoryview, pos: int, offset: int) -> tuple[int, int]:
         raise CorruptRecordError("layout", f"body length {body_len} overruns the record")
     topic_len = buf[body_end]
     props_at = body_end + 1 + topic_len
-    if props_at + 2 > end or props_at + 2 + int.from_bytes(buf[props_at : props_at + 2]) != end:
+    # PROPERTIES length is a signed short, as decode (and RocketMQ) read it:
+    # a length of 32,768 or more is negative, never a valid record.
+    if props_at + 2 > end or props_at + 2 + int.from_bytes(
+            buf[props_at : props_at + 2], signed=True) != end:
         raise CorruptRecordError("layout", f"fields do not add up to total size {size}")
     if zlib.crc32(buf[body_start:body_end]) & 0x7FFFFFFF != crc:
         raise CorruptRecordError("crc", f"body CRC mismatch (stored {crc})")

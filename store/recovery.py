@@ -124,7 +124,9 @@ def scan_segment(
                         and crc32(view[b:e]) & 0x7FFFFFFF == crc
                     ):
                         pa = e + 1 + view[e]
-                        if pa + 2 <= end and pa + 2 + (view[pa] << 8 | view[pa + 1]) == end:
+                        # view[pa] < 0x80: PROPERTIES length is a signed short.
+                        if (pa + 2 <= end and view[pa] < 0x80
+                                and pa + 2 + (view[pa] << 8 | view[pa + 1]) == end):
                             pos = end
                             last_ts = ts
                             records += 1

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.record import MESSAGE_MAGIC
+
 NAME_DIGITS = 20
 
 
@@ -89,6 +91,10 @@ def infer_segment_size(starts: list[int], sizes: dict[int, int]) -> int | None:
         return None
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     votes = [sizes[s] for s in starts[:-1]] + gaps
+    if len(starts) > 1 and sizes[starts[-1]] >= max(sizes[s] for s in starts[:-1]):
+        # A full-size last file votes too: with two files, one misnamed,
+        # its gap must not outvote what both files' sizes say.
+        votes.append(sizes[starts[-1]])
     votes = [v for v in votes if v > 0] or [sizes[starts[-1]]]
     if votes[0] <= 0:
         return None
@@ -123,8 +129,10 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None) -> Segme
             name = segment_name(start)
             if start % seg_size:
                 fatal.append(
-                    f"commitlog/{name}: start offset is not a multiple of the "
-                    f"segment size {seg_size}"
+                    f"commitlog/{name}: the file name is not a multiple of the segment size "
+                    f"{seg_size} (a segment is named by its start offset, so this file was "
+                    "renamed or made by hand); "
+                    + _rename_hint(os.path.join(commitlog_dir, name), seg_size)
                 )
             size = sizes[start]
             last = i == len(starts) - 1
@@ -138,12 +146,30 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None) -> Segme
                     f"commitlog/{name}: last segment is short ({size} of {seg_size} bytes); "
                     "its missing end is treated as never written"
                 )
-            if i and starts[i - 1] + seg_size != start:
+            if i and starts[i - 1] + seg_size != start and not (
+                    start % seg_size or starts[i - 1] % seg_size):
+                # (A misnamed neighbour is the problem to name, said above.)
                 fatal.append(
                     f"commitlog/{name}: gap after {segment_name(starts[i - 1])}; "
                     "a segment is missing"
                 )
     return SegmentListing(starts, sizes, seg_size, stray, problems, fatal)
+
+
+def _rename_hint(path: str, seg_size: int) -> str:
+    """What to do with a misnamed segment: the name its first record's
+    PHYSICALOFFSET gives it, where that is a segment start."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(36)
+    except OSError:
+        head = b""
+    if len(head) == 36 and int.from_bytes(head[4:8]) == MESSAGE_MAGIC:
+        phys = int.from_bytes(head[28:36], signed=True)
+        if phys >= 0 and phys % seg_size == 0:
+            return (f"its first record says it starts at {phys}: rename it to "
+                    f"{segment_name(phys)}")
+    return "rename it to its start offset, or move it aside"
 
 
 class Segment:

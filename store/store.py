@@ -447,6 +447,9 @@ class MessageStore:
         for _ in range(10_000):
             try:
                 self._reput_from_here(strict=True)
+                if self.queues.skipped:  # records whose topic or queue id names no queue
+                    notes.append(f"{self.queues.skipped} record(s) left without a consume "
+                                 f"queue unit: {self.queues.dispatch_error}")
                 return notes
             except DispatchError as exc:
                 if exc.kind == "conflict":

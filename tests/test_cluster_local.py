@@ -233,7 +233,7 @@ def test_node_sigterm_is_a_clean_shutdown_and_bad_options_are_named(tmp_path: st
     ({"--token-file": "/nonexistent/token"}, "does not exist"),
     ({"--role": "SLAVE"}, "a SLAVE needs --master"),
     ({"--listen": "localhost"}, "expected HOST:PORT"),
-    ({"--segment-size": "4KiB"}, "max_message_size_bytes must leave room"),
+    ({"--segment-size": "4KiB"}, "--max-message-size (65536) must leave room"),
     ({"--failpoints": "nope=crash"}, "unknown failpoint"),
     ({"--slave-ahead-policy": "maybe"}, "invalid choice"),
     ({"--ha-heartbeat-ms": "30000"}, "housekeeping interval must be longer"),

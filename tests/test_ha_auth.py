@@ -181,3 +181,31 @@ def test_dlab_send_with_a_wrong_token_exits_2_with_one_line(
     assert "refused the token" in r.stderr and "Traceback" not in r.stderr
     with client(b, cluster[1]) as c:
         assert c.status().wrote > 0
+
+
+def test_a_slave_name_is_bounded_and_a_connected_slave_cannot_be_displaced(
+        cluster: tuple[LocalBackend, str]) -> None:
+    """The name a report gives is checked (it shows in status and logs), and
+    a second stream naming a connected slave is refused instead of closing
+    the real slave's stream."""
+    b, tok = cluster
+    addr = b.node("master").address
+    assert {o.status for o in send_n(b, tok, 1, prefix="first")} == {"PUT_OK"}
+    wait_caught_up(b, tok)
+    before = slave_link(b, tok)
+    assert before["state"] == "connected"
+    for name, code, says in (
+            ("x" * 100_000, grpc.StatusCode.INVALID_ARGUMENT, "100000 characters long"),
+            ("../evil", grpc.StatusCode.INVALID_ARGUMENT, "slave name '../evil' is not allowed"),
+            ("", grpc.StatusCode.INVALID_ARGUMENT, "slave name is empty"),
+            ("slave1", grpc.StatusCode.ALREADY_EXISTS, "slave slave1 is connected from")):
+        got, details = asyncio.run(_stream(addr, tok, [ha_pb2.Report(max_offset=0, slave=name)]))
+        assert got == code and says in details, (name[:20], got, details)
+    after = slave_link(b, tok)
+    assert after["state"] == "connected" and after["sessions"] == before["sessions"]
+    assert after["connected_since_ms"] == before["connected_since_ms"]
+    names = [s["slave"] for s in status(b, tok, "master")["slaves"]]
+    assert "slave1" in names and max(len(n) for n in names) <= 64
+    assert {o.status for o in send_n(b, tok, 3, prefix="named")} == {"PUT_OK"}
+    wait_caught_up(b, tok)
+    assert "Traceback" not in log_text(b.node("master").log_path)

@@ -72,7 +72,7 @@ def test_the_same_process_cannot_open_a_store_twice(tmp_path: Path) -> None:
 
 def test_inspect_reads_a_store_another_process_holds(tmp_path: Path) -> None:
     """`dlab store inspect` takes no lock, so it works while a node has the
-    store open, and names the pid in the lock file."""
+    store open, and says the store is in use by the pid holding the lock."""
     holder = _start_holder(tmp_path)
     try:
         out = subprocess.run([sys.executable, "-c",
@@ -80,7 +80,8 @@ def test_inspect_reads_a_store_another_process_holds(tmp_path: Path) -> None:
                               "store", "inspect", str(tmp_path)],
                              capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
-        assert f"last opened by pid {holder.pid}" in out.stdout
+        assert f"held now by pid {holder.pid}: the store is in use" in out.stdout
+        assert f"the store is in use: process {holder.pid} holds its lock" in out.stdout
         assert "Traceback" not in out.stderr
     finally:
         holder.kill()

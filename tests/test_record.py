@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import crcmod.predefined
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from store import native as native_codec
+from store.config import TESTING
 from store.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -31,6 +34,8 @@ from store.record import (
     verify,
 )
 from store.recovery import scan_segment
+from store.status import PutStatus
+from store.store import MessageStore
 
 # database=None: no .hypothesis/ directory in the working tree; a failure
 # prints its example, which is what reproduces it.
@@ -249,6 +254,55 @@ def test_mutated_records_are_caught_alike_by_decode_verify_and_scan(data: st.Dat
     else:
         assert scan.records == 0
         assert scan.stop in ("damage", "end", "blank")  # a flip can forge a blank or zeros
+
+
+def _with_properties(msg: Message, props: bytes, offset: int) -> bytes:
+    """`msg` encoded at `offset` with PROPERTIES `props`, whatever their
+    length: encode() refuses more than 32,767 bytes (RocketMQ's cap), so
+    this is what another writer, or damage, could leave."""
+    base = _encode(msg._replace(properties={}), offset=offset)
+    raw = bytearray(base[:-2] + struct.pack(">H", len(props)) + props)
+    struct.pack_into(">i", raw, 0, len(raw))
+    return bytes(raw)
+
+
+@given(st.data())
+@FUZZ
+def test_properties_of_any_length_are_judged_alike_by_decode_verify_and_scan(
+        data: st.DataObject) -> None:
+    """PROPERTIES length is a signed short (RocketMQ reads getShort): 32,768
+    bytes or more is a corrupt record to every reader — decode, verify, the
+    recovery scan with and without the native walk — never valid to one and
+    corrupt to another."""
+    msg = data.draw(messages)
+    offset = data.draw(offsets)
+    n = data.draw(st.one_of(st.integers(0, 200), st.integers(32_760, 32_800),
+                            st.integers(65_500, 65_535), st.sampled_from([32_767, 32_768])))
+    props = b"" if n < 3 else b"k\x01" + b"v" * (n - 3) + b"\x02"
+    raw = _with_properties(msg, props, offset)
+    expect = "ok" if n <= 32_767 else "layout"
+    assert _decode_outcome(raw, offset=offset) == expect
+    assert _verify_outcome(raw, offset) == expect
+    for codec in ("native", "python"):
+        with pytest.MonkeyPatch.context() as m:
+            if codec == "python":
+                m.setattr(native_codec, "scan", None)
+            scan = scan_segment(raw + bytes(64), offset, offset)
+        assert scan.records == (1 if expect == "ok" else 0), codec
+        assert scan.stop == ("end" if expect == "ok" else "damage"), codec
+
+
+def test_a_put_with_more_than_32767_bytes_of_properties_is_message_illegal(
+        tmp_path: Path) -> None:
+    s = MessageStore.open(str(tmp_path), TESTING)
+    try:
+        ok, big = s.append([Message("t", b"x", {"k": "v" * (32_767 - 3)}),
+                            Message("t", b"x", {"k": "v" * (32_768 - 3)})])
+        assert ok.status is PutStatus.PUT_OK
+        assert big.status is PutStatus.MESSAGE_ILLEGAL and "32767" in big.detail
+        assert s.log.wrote == ok.size
+    finally:
+        s.close_sync()
 
 
 def test_flip_in_body_is_a_crc_error_and_in_offset_a_position_error() -> None:

@@ -31,6 +31,16 @@ const BLANK_SIZE: usize = 8;
 const V6_FLAGS: i32 = (1 << 4) | (1 << 5);
 const MAX_PROPERTIES: usize = 32767;
 const UNIQ_KEY: &str = "UNIQ_KEY";
+// store/names.py: TOPIC_MAX_LENGTH and MAX_QUEUE_ID (tests cross-check them).
+const TOPIC_MAX_LENGTH: usize = 127;
+const MAX_QUEUE_ID: i32 = 1023;
+
+/// RocketMQ's topic rule, ^[%|a-zA-Z0-9_-]+$ and at most 127 characters
+/// (store/names.py says why: a topic names a directory).
+fn topic_allowed(topic: &str) -> bool {
+    !topic.is_empty() && topic.len() <= TOPIC_MAX_LENGTH
+        && topic.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'%' | b'|' | b'_' | b'-'))
+}
 
 fn be_i32(b: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(b[at..at + 4].try_into().unwrap())
@@ -81,9 +91,11 @@ fn scan_impl(b: &[u8], mut pos: usize, limit: usize, base: i64) -> (usize, usize
             break;
         }
         let props_at = body_end + 1 + b[body_end] as usize;
-        if props_at + 2 > end
-            || props_at + 2 + (u16::from_be_bytes([b[props_at], b[props_at + 1]]) as usize) != end
-        {
+        // PROPERTIES length is a signed short, as RocketMQ (and decode) read it.
+        if props_at + 2 > end || {
+            let props_len = i16::from_be_bytes([b[props_at], b[props_at + 1]]);
+            props_len < 0 || props_at + 2 + props_len as usize != end
+        } {
             break;
         }
         pos = end;
@@ -192,9 +204,9 @@ fn parts<'py>(py: Python<'py>, msg: &Bound<'py, PyTuple>, max_body: usize,
     if body.as_bytes().len() > max_body {
         return None;
     }
-    let topic_len = topic.to_str().ok()?.len();
-    if topic_len == 0 || topic_len > 127 {
-        return None;
+    let topic_str = topic.to_str().ok()?;
+    if !topic_allowed(topic_str) {
+        return None; // MESSAGE_ILLEGAL, said by the Python path (store/names.py)
     }
     let props_obj = msg.get_item(2).ok()?;
     props.clear();
@@ -212,6 +224,9 @@ fn parts<'py>(py: Python<'py>, msg: &Bound<'py, PyTuple>, max_body: usize,
     }
     let queue_id_obj = msg.get_item(3).ok()?;
     let queue_id: i32 = queue_id_obj.extract().ok()?;
+    if !(0..=MAX_QUEUE_ID).contains(&queue_id) {
+        return None; // MESSAGE_ILLEGAL, said by the Python path
+    }
     let flag: i32 = msg.get_item(4).ok()?.extract().ok()?;
     let born_ts: i64 = msg.get_item(5).ok()?.extract().ok()?;
     let born = msg.get_item(6).ok()?;
