@@ -129,7 +129,7 @@ def test_pause_freezes_a_node_and_resume_thaws_it(cluster: Cluster) -> None:
     assert cluster.b.node("master").state == NodeState.PAUSED
     t0 = time.monotonic()
     assert cluster.send(1, timeout_s=0.5) == ["INDETERMINATE"]
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 10  # ended by its 0.5 s deadline (margin: a loaded machine)
     cluster.b.resume("master")
     assert cluster.b.node("master").state == NodeState.RUNNING
     assert cluster.send(1)[0] in ("PUT_OK", "SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT")
@@ -165,7 +165,7 @@ def test_failpoints_apply_from_the_next_start(cluster: Cluster) -> None:
     wait_until(lambda: cluster.slave_state() == "connected", 20, "re-join")
     first, second = cluster.send(2)
     assert first == "PUT_OK" and second == "INDETERMINATE"
-    wait_until(lambda: cluster.b.node("master").state == NodeState.STOPPED, 10, "the crash")
+    wait_until(lambda: cluster.b.node("master").state == NodeState.STOPPED, 30, "the crash")
 
 
 def test_down_ends_processes_and_keeps_data(cluster: Cluster) -> None:

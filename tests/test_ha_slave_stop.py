@@ -112,8 +112,9 @@ def test_a_stop_at_any_moment_of_the_first_second_ends_the_loop_at_once(
 
     async def go() -> list[tuple[float, int, int]]:
         # Every millisecond for the first 40 ms (start, first connect, its
-        # failure, the first backoffs), then coarser up to a second.
-        points = [i / 1000 for i in range(40)] + [0.1 * i for i in range(1, 11)]
+        # failure, the first backoffs: on the old code a quarter of these
+        # points lost the stop), then a few later ones.
+        points = [i / 1000 for i in range(40)] + [0.1, 0.25, 0.5]
         return [await one(i, p) for i, p in enumerate(points)]
 
     for took, connects, later in asyncio.run(go()):
