@@ -29,12 +29,21 @@ from proto import broker_pb2, broker_pb2_grpc
 METHOD = "/dlab.broker.Broker/SendStream"
 
 
+# The master keeps a paused (silent) slave connected for 20 s, not 2: the
+# tests that pause it want puts waiting for it, however long a loaded machine
+# takes to get there.
+PAUSED_SLAVE_STAYS = ("--ha-housekeeping-ms", "20000")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:
     # Slave timeout 3 s: a put waiting for a paused slave stays in flight
     # long enough, on a loaded machine too, for the tests that need it so.
+    # Housekeeping 20 s: a paused slave stays connected meanwhile (dropped,
+    # the puts would be refused SLAVE_NOT_AVAILABLE at once instead).
     with running_cluster(str(tmp_path_factory.mktemp("sendstream")), role=Role.SYNC_MASTER,
-                         flush="SYNC_FLUSH", extra=("--slave-timeout-ms", "3000"),
+                         flush="SYNC_FLUSH", extra=PAUSED_SLAVE_STAYS + ("--slave-timeout-ms",
+                                                                         "3000"),
                          connected=True) as (b, tok):
         yield b, tok
 
@@ -258,7 +267,8 @@ def _pending_sends(address: str, token: str, n: int, act: object) -> list[SendOu
 def test_killing_the_node_mid_stream_makes_pending_sends_indeterminate_at_once(
         tmp_path: str) -> None:
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
-                         extra=("--slave-timeout-ms", "30000"), connected=True) as (b, tok):
+                         extra=PAUSED_SLAVE_STAYS + ("--slave-timeout-ms", "30000"),
+                         connected=True) as (b, tok):
         addr = b.node("master").address
         b.pause("slave1")
         t0 = time.monotonic()
@@ -284,7 +294,8 @@ def test_killing_the_node_mid_stream_makes_pending_sends_indeterminate_at_once(
 def test_stopping_the_node_answers_the_puts_it_took_then_ends_the_stream(
         tmp_path: str) -> None:
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
-                         extra=("--slave-timeout-ms", "30000"), connected=True) as (b, tok):
+                         extra=PAUSED_SLAVE_STAYS + ("--slave-timeout-ms", "30000"),
+                         connected=True) as (b, tok):
         b.pause("slave1")
         t0 = time.monotonic()
         outs = _pending_sends(b.node("master").address, tok, 20, lambda: b.stop("master"))
@@ -306,7 +317,8 @@ def test_puts_a_client_abandons_still_complete_in_the_store(tmp_path: str) -> No
     # The puts must still wait for the slave when the client gives up 0.3 s
     # later: a slave timeout no loaded machine comes near.
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, flush="SYNC_FLUSH",
-                         extra=("--slave-timeout-ms", "30000"), connected=True) as (b, tok):
+                         extra=PAUSED_SLAVE_STAYS + ("--slave-timeout-ms", "30000"),
+                         connected=True) as (b, tok):
         b.pause("slave1")
         try:
             async def go() -> list[SendOutcome]:
