@@ -35,7 +35,7 @@ class Cluster:
         self.token = token
         self.directory = directory
 
-    def client(self, name: str, timeout_s: float = 5.0) -> NodeClient:
+    def client(self, name: str, timeout_s: float = 15.0) -> NodeClient:
         return NodeClient(self.b.node(name).address, token=self.token, timeout_s=timeout_s,
                           channel_options=FAST_RECONNECT)
 
@@ -43,7 +43,7 @@ class Cluster:
         with self.client(name) as c:
             return c.status_dict()
 
-    def send(self, n: int = 1, timeout_s: float = 5.0) -> list[str]:
+    def send(self, n: int = 1, timeout_s: float = 15.0) -> list[str]:
         with self.client("master", timeout_s) as c:
             return [c.send(make_message("t", os.urandom(200))).status for _ in range(n)]
 
