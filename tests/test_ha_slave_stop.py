@@ -9,8 +9,11 @@ and retried, over and over."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
+
+import pytest
 
 from cluster.procs import free_ports
 from ha.config import TESTING
@@ -120,3 +123,35 @@ def test_a_stop_at_any_moment_of_the_first_second_ends_the_loop_at_once(
     for took, connects, later in asyncio.run(go()):
         assert took < 2, f"stop() took {took:.2f} s"
         assert later == connects, "the slave connected again after stop()"
+
+
+class _LoopBug(HASlave):
+    """A replication loop that dies of an error (a bug), as an unexpected
+    exception from the gRPC client would make it."""
+
+    async def _stream_once(self) -> None:
+        raise RuntimeError("a bug in the stream")
+
+
+def test_a_replication_loop_that_died_is_reported_and_still_stops_cleanly(
+        tmp_path: str, caplog: pytest.LogCaptureFixture) -> None:
+    (port,) = free_ports(1)
+
+    async def go() -> HASlave:
+        store = await _open_store(os.path.join(tmp_path, "store"))
+        slave = _slave(_LoopBug, store, port)
+        try:
+            slave.start()
+            assert slave._task is not None
+            await asyncio.wait([slave._task], timeout=10)
+            # The node's stop must get past the dead loop to close the store.
+            await asyncio.wait_for(slave.stop(), 10)
+            return slave
+        finally:
+            await store.close()
+
+    with caplog.at_level(logging.ERROR, logger="dlab.ha.slave"):
+        slave = asyncio.run(go())
+    assert "replication loop failed" in slave.link.last_error
+    assert "a bug in the stream" in slave.link.last_error
+    assert any("replication from" in r.getMessage() and r.exc_info for r in caplog.records)
