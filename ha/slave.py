@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
@@ -100,27 +101,41 @@ class HASlave:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-slave")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # A bug: say so, or the slave would silently stop replicating.
+            log.error("replication from %s stopped", self.master_address,
+                      exc_info=task.exception())
+            self.link.state = "stopped"
+            self.link.last_error = f"replication loop failed: {task.exception()!r}"
 
     async def stop(self) -> None:
+        """End the reconnect loop, whatever it is doing (connecting, streaming,
+        backing off, tearing a stream down), and wait until it has ended."""
         self._stopping = True
         self.link.state = "stopped"
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await _end_task(self._task)
         if self._flush_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._flush_task
+            self._flush_task.add_done_callback(_retrieve)
+            await asyncio.wait([self._flush_task])
 
     # --------------------------------------------------------- reconnect
     async def _run(self) -> None:
         cfg = self.config
         while not self._stopping:
+            # stop() cancels this task; `_stopping` also ends the retries, so
+            # the loop ends even if a cancellation is lost somewhere below
+            # (tenacity's attempt swallows every exception; a library may
+            # swallow CancelledError): a stopping slave never connects again.
             retrying = AsyncRetrying(
                 wait=wait_exponential(multiplier=cfg.reconnect_min_ms / 1000,
                                       min=cfg.reconnect_min_ms / 1000,
                                       max=cfg.reconnect_max_ms / 1000),
                 retry=retry_if_exception_type(StreamEnded),
+                stop=lambda _state: self._stopping,
                 before_sleep=self._before_sleep,
                 reraise=True,
             )
@@ -136,6 +151,8 @@ class HASlave:
         """Run one stream. Returns normally when a stream that had carried
         data ends (the next connect is immediate); raises StreamEnded when it
         failed before that (the next connect backs off)."""
+        if self._stopping:
+            return
         self.link.state = "connecting"
         self.link.connects += 1
         try:
@@ -221,10 +238,10 @@ class HASlave:
                 raise StreamEnded(reason) from None
             self._note_end(reason)
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
-            call.cancel()
+            try:
+                await _end_task(writer)
+            finally:
+                call.cancel()
 
     def _on_range(self, session: SlaveSession, rng: frames.RangeFrame, now: float) -> None:
         decision = session.on_range(rng.offset, len(rng.data), now=now)
@@ -339,3 +356,23 @@ class HASlave:
                     await want.wait()
             want.clear()
             await self._report(call, session)
+
+
+async def _end_task(task: asyncio.Task[Any]) -> None:
+    """Cancel `task` and wait until it has ended, leaving its outcome aside.
+
+    Not `task.cancel(); with suppress(CancelledError): await task`: that also
+    swallows a cancellation of the *caller* landing while it waits (a
+    stop() during a stream's teardown was lost so, and a stopping slave
+    kept reconnecting until it was killed). asyncio.wait raises
+    CancelledError only when the caller itself is cancelled."""
+    task.add_done_callback(_retrieve)
+    task.cancel()
+    await asyncio.wait([task])
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # Its error was surfaced where it mattered (or the task was ended on
+    # purpose): not "Task exception was never retrieved" at exit.
+    if not task.cancelled():
+        task.exception()

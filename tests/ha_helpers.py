@@ -72,7 +72,7 @@ def running_cluster(directory: str, *, connected: bool = False, **kw: Any
         backend.down()
 
 
-def wait_until(pred: Callable[[], T], timeout_s: float = 20.0, what: str = "condition") -> T:
+def wait_until(pred: Callable[[], T], timeout_s: float = 60.0, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         value = pred()
@@ -115,7 +115,7 @@ def wait_caught_up(backend: LocalBackend, token: str, slave: str = "slave1",
 
 
 def wait_connected(backend: LocalBackend, token: str, slave: str = "slave1",
-                   timeout_s: float = 20.0) -> None:
+                   timeout_s: float = 60.0) -> None:
     wait_until(lambda: slave_link(backend, token, slave).get("state") == "connected",
                timeout_s, f"{slave} to connect")
 

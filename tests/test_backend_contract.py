@@ -36,7 +36,7 @@ class Cluster:
         self.token = token
         self.directory = directory
 
-    def client(self, name: str, timeout_s: float = 5.0) -> NodeClient:
+    def client(self, name: str, timeout_s: float = 15.0) -> NodeClient:
         return NodeClient(self.b.node(name).address, token=self.token, timeout_s=timeout_s,
                           channel_options=FAST_RECONNECT)
 
@@ -44,7 +44,7 @@ class Cluster:
         with self.client(name) as c:
             return c.status_dict()
 
-    def send(self, n: int = 1, timeout_s: float = 5.0) -> list[str]:
+    def send(self, n: int = 1, timeout_s: float = 15.0) -> list[str]:
         with self.client("master", timeout_s) as c:
             return [c.send(make_message("t", os.urandom(200))).status for _ in range(n)]
 
@@ -130,7 +130,7 @@ def test_pause_freezes_a_node_and_resume_thaws_it(cluster: Cluster) -> None:
     assert cluster.b.node("master").state == NodeState.PAUSED
     t0 = time.monotonic()
     assert cluster.send(1, timeout_s=0.5) == ["INDETERMINATE"]
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 10  # ended by its 0.5 s deadline (margin: a loaded machine)
     cluster.b.resume("master")
     assert cluster.b.node("master").state == NodeState.RUNNING
     assert cluster.send(1)[0] in ("PUT_OK", "SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT")
@@ -166,7 +166,7 @@ def test_failpoints_apply_from_the_next_start(cluster: Cluster) -> None:
     wait_until(lambda: cluster.slave_state() == "connected", 20, "re-join")
     first, second = cluster.send(2)
     assert first == "PUT_OK" and second == "INDETERMINATE"
-    wait_until(lambda: cluster.b.node("master").state == NodeState.STOPPED, 10, "the crash")
+    wait_until(lambda: cluster.b.node("master").state == NodeState.STOPPED, 30, "the crash")
 
 
 def test_down_ends_processes_and_keeps_data(cluster: Cluster) -> None:

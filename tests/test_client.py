@@ -65,7 +65,8 @@ def test_illegal_messages_are_refused_and_named(cluster: tuple[LocalBackend, str
 
 def test_a_node_that_is_not_there_gives_indeterminate_not_an_exception() -> None:
     (port,) = free_ports(1)
-    with NodeClient(f"127.0.0.1:{port}", token="t", timeout_s=2) as c:
+    # Refused at once; the deadline is only a bound (a loaded machine).
+    with NodeClient(f"127.0.0.1:{port}", token="t", timeout_s=10) as c:
         out = c.send(make_message("t", b"x", msg_id="gone"))
         assert out.status == INDETERMINATE and out.indeterminate
         assert out.msg_id == "gone" and out.offset is None

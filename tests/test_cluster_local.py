@@ -152,7 +152,7 @@ def test_a_lost_link_proxy_comes_back_with_its_slave(cdir: str) -> None:
     backend = LocalBackend(cdir)
     old = backend.node("slave1").extra["proxy_pid"]
     os.kill(old, signal.SIGKILL)  # the proxy this cluster started for slave1
-    wait_until(lambda: not _alive(old), 10, "the proxy to die")
+    wait_until(lambda: not _alive(old), 30, "the proxy to die")
     with pytest.raises(BackendError, match="link proxy of slave1 is not running"):
         backend.partition("master", "slave1")
     backend.restart("slave1")
@@ -169,7 +169,7 @@ def test_down_ends_every_process_and_keeps_data_and_logs(cdir: str) -> None:
     ok("cluster", "down", "--dir", cdir)
     for pid in pids:
         assert isinstance(pid, int)
-        wait_until(lambda p=pid: not _alive(p), 10, f"process {pid} to end")
+        wait_until(lambda p=pid: not _alive(p), 30, f"process {pid} to end")
     assert not os.path.exists(os.path.join(cdir, "cluster.json"))
     assert os.path.isdir(os.path.join(cdir, "nodes", "master", "data", "commitlog"))
     assert os.path.getsize(os.path.join(cdir, "nodes", "slave1", "node.log")) > 0

@@ -118,7 +118,7 @@ def test_a_consumer_killed_after_its_own_interval_commit_redelivers_only_what_fo
             send_n(b, tok, 10, size=100)
             assert [child.stdout.readline().split("\t")[3] for _ in range(10)] == [
                 f"m{i}" for i in range(10)]
-            wait_until(lambda: _query_offset(b, tok) == 10, 10, "the child's interval commit")
+            wait_until(lambda: _query_offset(b, tok) == 10, 30, "the child's interval commit")
             # The next commit is about 3 s away: consume 5 more and die first.
             send_n(b, tok, 5, size=100, prefix="n")
             assert [child.stdout.readline().split("\t")[3] for _ in range(5)] == [
@@ -174,7 +174,7 @@ def test_a_slave_copies_its_masters_offset_table(tmp_path: Path) -> None:
         wait_until(lambda: status(b, tok, "slave1")["consume"]["offsets"] == {"t@g": {"0": 5}},
                    10, "the slave's copy of the table")
         path = Path(b.node("slave1").data_dir, "config", "consumerOffset.json")
-        wait_until(lambda: path.exists(), 10, "the slave to persist it")
+        wait_until(lambda: path.exists(), 30, "the slave to persist it")
         # The slave serves reads too (a consumer falls over to it).
         b.kill("master")
         got = _consume(b, tok, targets=[b.node("master").address, b.node("slave1").address])
@@ -430,7 +430,10 @@ def test_one_consumer_reads_from_the_slave_while_the_master_is_down_and_returns_
                 (f"m{i}", "SLAVE") for i in range(10)]
             b.start("master")
             wait_connected(b, tok)
-            time.sleep(0.4)  # past the master's backoff
+            # Past the consumer's backoff for the master (at most 0.3 s here) and its
+            # channel's reconnect backoff (at most 1 s), with a margin for a loaded
+            # machine: the next pulls go to the master again.
+            time.sleep(3.0)
             send_n(b, tok, 5, size=100, prefix="n")
             later = [next(it) for _ in range(5)]
             assert [(d.msg_id, d.node_role) for d in later] == [

@@ -249,14 +249,15 @@ def test_the_background_service_survives_a_failed_offset_persist(tmp_path: Path)
         try:
             tmp.mkdir(parents=True)  # open(tmp, "w") now fails, even for root
             s.consumer_offsets.commit("g", "T", 0, 7)
-            for _ in range(200):
+            # Persists every 10 ms; the 20 s bounds are for a loaded machine.
+            for _ in range(2000):
                 await asyncio.sleep(0.01)
                 if s.state()["consumer_offsets_error"]:
                     break
             assert s.state()["consumer_offsets_error"]
             assert s.consumer_offsets.dirty  # not persisted: still to do
             tmp.rmdir()
-            for _ in range(200):
+            for _ in range(2000):
                 await asyncio.sleep(0.01)
                 if not s.consumer_offsets.dirty:
                     break
@@ -271,14 +272,15 @@ def test_the_background_service_survives_a_failed_offset_persist(tmp_path: Path)
 
 # ------------------------------------------------------ reads, SYNC_FLUSH
 def test_a_stalled_sync_flush_hides_the_message_until_it_is_durable(tmp_path: Path) -> None:
-    """The group commit's fsync is held for 1.5 s (failpoint): during it the
+    """The group commit's fsync is held for 4 s (failpoint): during it the
     record is appended (and, power, already written) but not flushed, and a
-    consumer must not get it."""
-    cfg = TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH)
+    consumer must not get it. (4 s, and a flush timeout far above it: the
+    checks 0.5 s in must fall inside the stall on a loaded machine too.)"""
+    cfg = TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH, sync_flush_timeout_ms=30_000)
 
     async def run() -> None:
         s = MessageStore.open(str(tmp_path), cfg,
-                              failpoints=Failpoints("before_flush_sync=delay:1500@1"))
+                              failpoints=Failpoints("before_flush_sync=delay:4000@1"))
         await s.start()
         try:
             put = asyncio.create_task(s.put(Message("T", b"x", {"UNIQ_KEY": "x"})))

@@ -85,7 +85,7 @@ def test_a_crash_failpoint_kills_its_node_on_the_first_hit(backend: LocalBackend
                      slave_fp=armed if node == "slave1" else ""), token=token)
     with NodeClient(backend.node("master").address, token=token, timeout_s=5) as client:
         client.send(make_message("fp", b"x" * 100, msg_id="first"))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # the crash is at once; the margin is for a loaded machine
     while backend.node(node).state != NodeState.STOPPED and time.monotonic() < deadline:
         time.sleep(0.05)
     assert backend.node(node).state == NodeState.STOPPED
@@ -109,9 +109,11 @@ def test_bad_failpoint_specs_are_refused_with_the_reason(spec: str, message: str
 
 def test_disarmed_failpoints_do_nothing_measurable() -> None:
     fp = Failpoints("")
-    t0 = time.perf_counter()
+    # CPU time, not wall time: another process on a loaded machine takes
+    # the CPU away from this loop, not cycles per hit.
+    t0 = time.process_time()
     for _ in range(100_000):
         fp.hit("after_append_before_flush")
-    per_hit_us = (time.perf_counter() - t0) / 100_000 * 1e6
+    per_hit_us = (time.process_time() - t0) / 100_000 * 1e6
     assert per_hit_us < 2.0  # a dict check; a put costs tens of microseconds
     assert fp.hits() == {}

@@ -62,7 +62,7 @@ def test_slave_killed_mid_stream_resumes_from_its_own_offset(tmp_path: str) -> N
         sent: list[str] = []
 
         def load() -> None:
-            with client(b, tok, timeout_s=5) as c:
+            with client(b, tok, timeout_s=30) as c:
                 for i in range(3000):
                     if stop.is_set():
                         return

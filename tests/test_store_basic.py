@@ -25,7 +25,7 @@ from store.status import PutStatus
 from store.store import MessageStore, StoreOpenError
 
 
-async def _wait_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> bool:
+async def _wait_until(cond: Callable[[], bool], timeout_s: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cond():
