@@ -84,6 +84,11 @@ def reread(runs: Sequence[RunInfo], work_dir: str, tick: Callable[[], None] = la
             problems.append(Problem(run.run_dir, str(exc)))
         except UnicodeDecodeError as exc:
             problems.append(Problem(run.run_dir, f"{node.records_path}: not UTF-8 ({exc})"))
+        except OSError as exc:
+            problems.append(Problem(run.run_dir, f"{exc.filename or data}: cannot read the "
+                                    f"kept store ({exc.strerror}); fix its permissions, or "
+                                    f"move {os.path.join(run.run_dir, 'cluster')} aside "
+                                    "to judge the run from its read-back"))
         else:
             # Renumbered: the pipeline keys its results by a run's place in the list.
             out.append(replace(run, index=len(out), nodes=tuple(nodes)))

@@ -11,7 +11,8 @@ judge(); tests/test_pipeline.py runs both over every combination.
 
 The rules, for one PUT_OK operation m of a run (times are m's invoke_ms):
 
-- *held(N)*: the records read back from node N after the run hold a record
+- *held(N)*: node N's store after the run (the store the run kept, read
+  again by `dlab report`, else the run's own read-back of it) holds a record
   whose msg_id is m's, at any offset (a client retry is the same message).
 - **disk** (flush SYNC_FLUSH): kept if held(master). If not held it is *void*
   when the scenario damaged the master's disk at or after m was invoked (a

@@ -229,3 +229,18 @@ def test_reread_leaves_out_a_run_whose_read_back_breaks_the_schema(tmp_path: Any
     assert [p.run_dir for p in left_out] == [bad]
     assert "records.jsonl:5: not JSON" in str(left_out[0])
     assert all(n.store_dir and n.store_differs_at is None for n in kept[0].nodes)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_reread_names_a_kept_store_it_cannot_read(tmp_path: Any) -> None:
+    root = str(tmp_path / "runs")
+    run_dir, _ = _kept_run(root, "locked", role="SYNC_MASTER", flush="SYNC_FLUSH")
+    segment = os.path.join(store_dir(run_dir, "s"), "commitlog", "0" * 20)
+    os.chmod(segment, 0)
+    try:
+        runs, _ = load_runs(find_run_dirs([root]))
+        kept, left_out = reread(runs, str(tmp_path))
+    finally:
+        os.chmod(segment, 0o644)
+    assert kept == []
+    assert str(left_out[0]).startswith(f"{segment}: cannot read the kept store (Permission")
