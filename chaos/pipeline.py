@@ -21,8 +21,8 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              summed per run; order is checked over the messages of a
              producer.
            - divergence: per (run, offset), each node's record (size, CRC,
-             id hash), compared on the master's and each slave's common
-             range; also the malformed record rows per node, and, in
+             id hash, whole-record hash), compared on the master's and each
+             slave's common range; also the malformed record rows per node, and, in
              the pass over records that finds each node's range, the
              slave's records inside each measured slave_ahead gap.
            - timeline: operations per run, second since its start and status
@@ -360,10 +360,10 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
 
 def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = None
                 ) -> DataFrame:
-    """Per run: offsets of the master's and a slave's common range holding
-    different records, the first of them; malformed rows per node; and with
-    `ahead` (_ahead_table), `ahead{k}`: the slave's records inside the gap of
-    the run's k-th slave_ahead observation."""
+    """Per run: master records in its common range with some slave that
+    the slave does not hold byte for byte, the first of their offsets;
+    malformed rows per node; and with `ahead` (_ahead_table), `ahead{k}`: the
+    slave's records inside the gap of the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
     # The gap counts ride on the pass that finds each node's bounds: a
@@ -598,6 +598,12 @@ def build_report(
             runs, reread_problems = kept_stores.reread(runs, work, tick)
         for p in reread_problems:
             progress.step(f"left out: {p}")
+        for run in runs:
+            for node in run.nodes:
+                if node.store_differs_at is not None:
+                    progress.step(f"{run.run_dir}: {node.name}'s kept store differs from the "
+                                  f"run's read-back from offset {node.store_differs_at:,}; "
+                                  "judged from the store")
         problems += reread_problems
         if not runs:
             raise NoRunsError(problems)
