@@ -2,7 +2,9 @@
 directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
 
 1. runs    chaos/runs.py reads the small files of every run in Python and
-           leaves out (as a Problem) any run that breaks the schema.
+           leaves out (as a Problem) any run that breaks the schema; a run
+           that kept its nodes' stores has them read again
+           (chaos/kept_stores.py), and is judged from what they hold now.
 2. query   ONE Spark query. Every history.jsonl and nodes/*/records.jsonl is
            parsed once with the declared schema; each row is tagged with its
            run (and node) by file and flagged if malformed; both tables are
@@ -19,8 +21,8 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              summed per run; order is checked over the messages of a
              producer.
            - divergence: per (run, offset), each node's record (size, CRC,
-             id hash), compared on the master's and each slave's common
-             range; also the malformed record rows per node, and, in
+             id hash, whole-record hash), compared on the master's and each
+             slave's common range; also the malformed record rows per node, and, in
              the pass over records that finds each node's range, the
              slave's records inside each measured slave_ahead gap.
            - timeline: operations per run, second since its start and status
@@ -41,21 +43,32 @@ Definitions not in chaos/promises.py:
   offset than the same producer's previous acknowledged message (by op_id)
   held there, when that one completed before this one was invoked. A
   message acknowledged twice is placed by its first acknowledgement.
-- slave ahead: per slave_ahead observation, bytes = slave_offset -
-  master_offset when positive; messages = the slave's records (read back
-  after the run) at offsets in [master_offset, slave_offset) — a `truncate`
-  slave no longer holds them, so bytes are the measure there.
+- slave ahead at restart: per slave_ahead observation, bytes =
+  slave_offset - master_offset when positive; messages = the slave's
+  records (read back after the run) at offsets in [master_offset,
+  slave_offset) — a `truncate` slave no longer holds them, so bytes are the
+  measure there. Slave ahead at end: the same for each slave whose end of
+  data after the run is past the master's.
+- ignored slaves: slaves found ahead of the master (at its restart or at
+  the end) under the reject or trust policy: the master refuses them, or
+  believes their offset and never looks at what they hold past its own.
+  A message acknowledged, missing from the master and held only by such
+  slaves is stranded (chaos/promises.py).
 - divergence: on the offsets both the master and a slave hold (from the
-  larger of their first offsets to the smaller of their ends), an offset
-  where one holds a record and the other a different one (msg_id, size,
-  body_crc) or none starting there — which covers offsets a restarted
-  master reused for different records.
+  larger of their first offsets to the smaller of their ends), a master
+  record the slave does not hold byte for byte at the same offset (whole
+  record hash; id, size and body CRC for read-backs without the hash) —
+  which covers offsets a restarted master reused for different records.
+  Counted once per master record, however many slaves differ.
+- acked_distinct: message ids with at least one PUT_OK (`acked` counts
+  PUT_OK rows: a retry acknowledged twice counts twice there).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,7 +81,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from chaos import consumption, promises, report, tables
+from chaos import consumption, kept_stores, promises, report, tables
 from chaos.progress import Progress, QuietProgress
 from chaos.runs import (
     NEVER_MS,
@@ -203,15 +216,16 @@ def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
         ps = promises.promises(run.params["role"], run.params["flush"])
         master, slaves = run.nodes[0], run.nodes[1:]
         void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
+        slave_mask, ignored = (1 << len(run.nodes)) - 2, ignored_slaves(run)
         rows.append((
-            run.index, len(run.nodes), (1 << len(run.nodes)) - 2,
+            run.index, len(run.nodes), slave_mask, ignored, slave_mask & ~ignored,
             promises.Promise.DISK in ps, promises.Promise.REPLICA in ps,
             void_until, any(t > NEVER_MS for t in void_until), run.params["started_ms"],
         ))
     return F.broadcast(spark.createDataFrame(rows, (
-        "run int, n_nodes int, slave_mask long, disk_promised boolean, "
-        "replica_promised boolean, void_until array<long>, any_void boolean, "
-        "started_ms long")))
+        "run int, n_nodes int, slave_mask long, ignored_mask long, served_mask long, "
+        "disk_promised boolean, replica_promised boolean, void_until array<long>, "
+        "any_void boolean, started_ms long")))
 
 
 def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, DataFrame]:
@@ -241,7 +255,7 @@ def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, Da
                        "invoke_ms", "complete_ms", "status", "bad")
     records = shuffled(_read_large(spark, rec_files, "records"),
                        F.col("node_index").alias("node"), "offset", "size", "msg_id",
-                       "body_crc", "bad")
+                       "body_crc", "record_hash", "bad")
     return history, records
 
 
@@ -290,8 +304,8 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         F.count_if(F.col("status") == INDETERMINATE).alias("n_indet"),
         F.min("ok_op").alias("first_ok_op"),
         *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms")],
-    ).join(runs_df.select("run", "n_nodes", "slave_mask", "disk_promised", "replica_promised"),
-           "run")
+    ).join(runs_df.select("run", "n_nodes", "slave_mask", "ignored_mask", "served_mask",
+                          "disk_promised", "replica_promised"), "run")
 
     # The judgement of promises.judge, per message, for its acks in each of
     # the four void categories c{2*disk_void + slave_void}.
@@ -300,6 +314,8 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     n_ok = c0 + c1 + c2 + c3
     on_master = held.bitwiseAND(1) != 0
     on_slave = held.bitwiseAND(F.col("slave_mask")) != 0
+    stranded = ~on_master & (held.bitwiseAND(F.col("ignored_mask")) != 0) \
+        & (held.bitwiseAND(F.col("served_mask")) == 0)
     disk_missing = F.col("disk_promised") & ~on_master
     replica_missing = F.col("replica_promised") & ~on_slave
 
@@ -321,6 +337,8 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
 
     return msgs.withColumn("prev", prev).groupBy("run").agg(
         F.sum(n_ok).alias("acked"),
+        F.count_if(n_ok > 0).alias("acked_distinct"),
+        F.sum(if_(stranded, n_ok)).alias("acked_stranded"),
         F.sum(if_(~on_master, n_ok)).alias("acked_lost_master"),
         F.sum(if_(held == 0, n_ok)).alias("acked_lost_everywhere"),
         *[F.sum(if_((F.lit(i) < F.col("n_nodes")) & (F.shiftright(held, i).bitwiseAND(1) == 0),
@@ -332,7 +350,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         F.sum(if_(replica_missing, c1 + c3)).alias("replica_void"),
         F.sum(if_(replica_missing, c0 + c2)).alias("replica_violations"),
         F.sum(violations).alias("promise_violations"),
-        F.sum(if_(~on_master, n_ok - violations)).alias("allowed_loss"),
+        F.sum(if_(~on_master & ~stranded, n_ok - violations)).alias("allowed_loss"),
         F.sum("n_indet").alias("indeterminate"),
         F.sum(if_(held != 0, F.col("n_indet"))).alias("indeterminate_found"),
         F.count_if(F.col("copies") > present).alias("duplicates"),
@@ -343,10 +361,10 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
 
 def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = None
                 ) -> DataFrame:
-    """Per run: offsets of the master's and a slave's common range holding
-    different records, the first of them; malformed rows per node; and with
-    `ahead` (_ahead_table), `ahead{k}`: the slave's records inside the gap of
-    the run's k-th slave_ahead observation."""
+    """Per run: master records in its common range with some slave that
+    the slave does not hold byte for byte, the first of their offsets;
+    malformed rows per node; and with `ahead` (_ahead_table), `ahead{k}`: the
+    slave's records inside the gap of the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
     # The gap counts ride on the pass that finds each node's bounds: a
@@ -367,9 +385,12 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
     ], *ahead_counts)
     # A record as longs, so the aggregation compiles: size and CRC exactly,
     # the message id as a 64-bit hash (two ids colliding at one offset with
-    # equal size and CRC: ~2^-64).
+    # equal size and CRC: ~2^-64), and the hash of its whole bytes, which
+    # tells records apart that differ only in header bytes (0 in read-backs
+    # written before it: then id, size and CRC decide).
     parts = {"size": F.col("size"), "crc": F.col("body_crc"),
-             "id": F.xxhash64(F.coalesce(F.col("msg_id"), F.lit("\0null")))}
+             "id": F.xxhash64(F.coalesce(F.col("msg_id"), F.lit("\0null"))),
+             "hash": F.coalesce(F.col("record_hash"), F.lit(0).cast(_LONG))}
     by_offset = records.groupBy("run", "offset").agg(
         *[F.max(F.when(good & (node == i), v)).alias(f"{k}{i}")
           for i in range(max_nodes) for k, v in parts.items()],
@@ -378,14 +399,20 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
 
     def diverges(i: int) -> Column:
         same = F.col("size0").eqNullSafe(F.col(f"size{i}")) & F.col("crc0").eqNullSafe(
-            F.col(f"crc{i}")) & F.col("id0").eqNullSafe(F.col(f"id{i}"))
+            F.col(f"crc{i}")) & F.col("id0").eqNullSafe(F.col(f"id{i}")) & F.col(
+            "hash0").eqNullSafe(F.col(f"hash{i}"))
         in_common = (F.col("offset") >= F.greatest("lo0", f"lo{i}")) & (
             F.col("offset") < F.least("hi0", f"hi{i}"))
         both = F.col("lo0").isNotNull() & F.col(f"lo{i}").isNotNull()
-        return F.coalesce(both & in_common & ~same, F.lit(False)).cast("int")
+        # Only where the master's record starts: a slave record starting
+        # elsewhere in the common range lies inside a master record that
+        # differs (records tile both logs), which is counted already.
+        master_record = F.col("size0").isNotNull()
+        return F.coalesce(both & in_common & master_record & ~same, F.lit(False)).cast("int")
 
-    n_div = sum((diverges(i) for i in range(2, max_nodes)),
-                diverges(1) if max_nodes > 1 else F.lit(0))
+    # A master record differing from several slaves is one divergent message.
+    n_div = (F.greatest(*[diverges(i) for i in range(1, max_nodes)]) if max_nodes > 2
+             else diverges(1) if max_nodes > 1 else F.lit(0))
     return by_offset.groupBy("run").agg(
         F.sum(n_div).alias("divergent_records"),
         F.min(F.when(n_div > 0, F.col("offset"))).alias("first_divergent_offset"),
@@ -394,20 +421,45 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
     )
 
 
-Observation = tuple[int, int, int, int, int]  # run, observation, slave node, master, slave offset
+# run, observation, slave node, master offset, slave offset, at the end of the run
+Observation = tuple[int, int, int, int, int, bool]
+
+
+def _run_ahead_obs(run: RunInfo) -> list[Observation]:
+    """A run's slave-ahead gaps: every slave_ahead observation with the slave
+    ahead (at a restart of the master), then every slave whose end of data
+    after the run is past the master's (numbered after the observations)."""
+    obs: list[Observation] = []
+    for n, o in enumerate(run.observations):
+        if o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]:
+            slave = run.node(o["slave"])
+            assert slave is not None  # checked by runs.load_run
+            obs.append((run.index, n, slave.index, o["master_offset"], o["slave_offset"],
+                        False))
+    master_end = int(run.nodes[0].final["wrote"])
+    for slave in run.nodes[1:]:
+        if int(slave.final["wrote"]) > master_end:
+            obs.append((run.index, len(run.observations) + slave.index, slave.index,
+                        master_end, int(slave.final["wrote"]), True))
+    return obs
 
 
 def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[Observation]:
-    """(run, observation, slave node, master_offset, slave_offset) of every
-    slave_ahead observation with the slave ahead."""
-    obs = []
-    for run in runs:
-        for n, o in enumerate(run.observations):
-            if o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]:
-                slave = run.node(o["slave"])
-                assert slave is not None  # checked by runs.load_run
-                obs.append((run.index, n, slave.index, o["master_offset"], o["slave_offset"]))
-    return obs
+    return [o for run in runs for o in _run_ahead_obs(run)]
+
+
+def ignored_slaves(run: RunInfo) -> int:
+    """Bit mask (bit i: node i) of the slaves the serving master rejects or
+    ignores: found ahead of it, at its restart or at the end of the run,
+    under the reject policy (the master refuses the slave) or trust (it
+    believes the slave's offset and never reads what the slave holds past
+    its own). Under truncate the slave cuts back to the master."""
+    if run.params["slave_ahead_policy"] not in ("reject", "trust"):
+        return 0
+    mask = 0
+    for o in _run_ahead_obs(run):
+        mask |= 1 << o[2]
+    return mask
 
 
 def _ahead_table(spark: SparkSession, obs: Sequence[Observation]) -> DataFrame:
@@ -431,7 +483,7 @@ def _slave_ahead(divergence: pd.DataFrame, obs: Sequence[Observation]) -> pd.Dat
     (see _ahead_table for the order); a run without records has no row."""
     counts = divergence.set_index("run")
     rows, slot = [], 0
-    for i, (run, n, _, _, _) in enumerate(obs):
+    for i, (run, n, _, _, _, _) in enumerate(obs):
         slot = slot + 1 if i and obs[i - 1][0] == run else 0
         if run in counts.index:
             rows.append((run, n, int(counts.at[run, f"ahead{slot}"])))
@@ -510,7 +562,8 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     out["slave_ahead"] = _slave_ahead(out["divergence"], obs)
     out["divergence"] = out["divergence"].drop(
         columns=[c for c in columns["divergence"] if c.startswith("ahead")])
-    out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi"])
+    out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi",
+                                                         "at_end"])
     for df in out.values():  # an empty branch has no types to infer
         df["run"] = df["run"].astype("int64")
     out["slave_ahead"] = out["slave_ahead"].astype("int64")
@@ -537,10 +590,28 @@ def build_report(
         progress.step(f"left out: {p}")
     if not runs:
         raise NoRunsError(problems)
-    with spark_session(spark_master) as spark:
-        progress.step(f"checking {len(runs)} runs (Spark)")
-        with progress.spark_job(spark.sparkContext, "check"):
-            results = _run_query(spark, runs)
+    os.makedirs(out_dir, exist_ok=True)
+    # The kept stores' records, for Spark to read in place of the read-backs;
+    # under out_dir, on a filesystem the driver sees (chaos.spark_session).
+    with tempfile.TemporaryDirectory(prefix=".kept-stores-", dir=out_dir) as work:
+        progress.step("reading the kept stores again")
+        with progress.items(len(runs), "runs") as tick:
+            runs, reread_problems = kept_stores.reread(runs, work, tick)
+        for p in reread_problems:
+            progress.step(f"left out: {p}")
+        for run in runs:
+            for node in run.nodes:
+                if node.store_differs_at is not None:
+                    progress.step(f"{run.run_dir}: {node.name}'s kept store differs from the "
+                                  f"run's read-back from offset {node.store_differs_at:,}; "
+                                  "judged from the store")
+        problems += reread_problems
+        if not runs:
+            raise NoRunsError(problems)
+        with spark_session(spark_master) as spark:
+            progress.step(f"checking {len(runs)} runs (Spark)")
+            with progress.spark_job(spark.sparkContext, "check"):
+                results = _run_query(spark, runs)
     return _write(runs, problems, results, out_dir, progress)
 
 
@@ -581,10 +652,12 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
 
     timeline = res["timeline"][res["timeline"]["ops"] > 0].copy()
     ahead = res["slave_ahead_obs"].merge(res["slave_ahead"], on=["run", "obs"], how="left")
-    ahead = ahead.assign(slave_ahead_bytes=ahead["hi"] - ahead["lo"],
-                         slave_ahead_messages=ahead["messages"].fillna(0))
-    ahead = ahead.groupby("run", as_index=False)[
-        ["slave_ahead_bytes", "slave_ahead_messages"]].max()
+    ahead = ahead.assign(bytes=ahead["hi"] - ahead["lo"], messages=ahead["messages"].fillna(0))
+    ahead = pd.concat([
+        ahead[ahead["at_end"] == at_end].groupby("run")[["bytes", "messages"]].max()
+        .add_prefix(f"slave_ahead_at_{when}_") for at_end, when in ((False, "restart"),
+                                                                    (True, "end"))
+    ], axis=1).fillna(0).astype("int64").reset_index()
     figures = res["messages"].merge(res["divergence"], on="run", how="outer")
 
     progress.step(f"writing tables and report to {out_dir}")

@@ -11,7 +11,8 @@ judge(); tests/test_pipeline.py runs both over every combination.
 
 The rules, for one PUT_OK operation m of a run (times are m's invoke_ms):
 
-- *held(N)*: the records read back from node N after the run hold a record
+- *held(N)*: node N's store after the run (the store the run kept, read
+  again by `dlab report`, else the run's own read-back of it) holds a record
   whose msg_id is m's, at any offset (a client retry is the same message).
 - **disk** (flush SYNC_FLUSH): kept if held(master). If not held it is *void*
   when the scenario damaged the master's disk at or after m was invoked (a
@@ -30,9 +31,16 @@ The rules, for one PUT_OK operation m of a run (times are m's invoke_ms):
   it) — either way the mode's promise failed. A message gone from every node
   is therefore a violation whenever the promise was not void. A SYNC_MASTER
   run without slaves can keep no replica promise: its PUT_OKs are violations.
+- m is **stranded** when it is missing from the recovered master and the
+  only nodes holding it are slaves that master rejects or ignores (a slave
+  found ahead of it under the `reject` or `trust` policy, at its restart or
+  at the end of the run): stored, but no producer or consumer of the
+  serving master can get it. Its replica promise is then STRANDED, not kept;
+  stranded is an outcome of its own, neither a violation nor an allowed loss.
 - m is a **violation** when any of its promises is violated (counted once);
-  an **allowed loss** when it is missing from the recovered master and is no
-  violation — lost, but nothing the mode promised says it should be there.
+  an **allowed loss** when it is missing from the recovered master and is
+  neither a violation nor stranded — lost, but nothing the mode promised
+  says it should be there.
 
 What this does not judge: which attempt of a retried message survived, the
 bytes of the body (records carry its CRC, the history does not), and
@@ -93,6 +101,7 @@ class Outcome(enum.StrEnum):
     KEPT = "kept"
     VOID = "void"  # missing, but the scenario destroyed what the promise relied on
     VIOLATED = "violated"
+    STRANDED = "stranded"  # held only by slaves the serving master rejects or ignores
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class AckVerdict:
     replica: Outcome
     on_master: bool
     on_slave: bool
+    stranded: bool = False  # off the master, held only by rejected/ignored slaves
 
     @property
     def violation(self) -> bool:
@@ -110,7 +120,7 @@ class AckVerdict:
 
     @property
     def allowed_loss(self) -> bool:
-        return not self.on_master and not self.violation
+        return not self.on_master and not self.violation and not self.stranded
 
     @property
     def lost_everywhere(self) -> bool:
@@ -133,15 +143,22 @@ def judge(
     on_slave: bool,
     master_disk_void: bool,
     some_slave_void: bool,
+    only_on_rejected: bool = False,
 ) -> AckVerdict:
     """Judge one PUT_OK. `master_disk_void`: the master's disk was damaged at
     or after the message was invoked; `some_slave_void`: some slave's copy may
     have been destroyed at or after it (disk damage, or a crash under the
-    power model). See the module docstring for why."""
+    power model); `only_on_rejected`: every slave holding it is one the
+    master rejects or ignores. See the module docstring for why."""
     ps = promises(role, flush)
+    stranded = not on_master and on_slave and only_on_rejected
+    replica = _judge_one(Promise.REPLICA in ps, on_slave, some_slave_void)
+    if stranded and replica == Outcome.KEPT:
+        replica = Outcome.STRANDED
     return AckVerdict(
         disk=_judge_one(Promise.DISK in ps, on_master, master_disk_void),
-        replica=_judge_one(Promise.REPLICA in ps, on_slave, some_slave_void),
+        replica=replica,
         on_master=on_master,
         on_slave=on_slave,
+        stranded=stranded,
     )

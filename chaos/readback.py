@@ -1,9 +1,12 @@
 """Read a node's store back from disk after a run, read-only: every record
-(offset, size, UNIQ_KEY, body CRC, store timestamp) up to the end of valid
-data, and where that end is and why. Nothing is written to the directory."""
+(offset, size, UNIQ_KEY, body CRC, store timestamp, a hash of its whole
+bytes) up to the end of valid data, and where that end is and why. Nothing
+is written to the directory. The harness calls it at the end of a run
+(records.jsonl), and `dlab report` again on a kept store (chaos/kept_stores.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -12,6 +15,14 @@ from typing import Any
 from store.record import BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, decode, peek
 from store.recovery import scan_segment
 from store.segments import list_segments, segment_name
+
+
+def record_hash(raw: bytes | memoryview) -> int:
+    """A record's whole bytes (header, body, topic, properties) as a signed
+    64-bit integer, so that two records that differ only in, say, the store
+    timestamp or the queue offset do not compare equal (BODYCRC covers the
+    body only). Signed: a JSON integer Spark reads as a long."""
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big", signed=True)
 
 
 @dataclass
@@ -54,6 +65,7 @@ def read_back(data_dir: str) -> ReadBack:
                             "offset": rec.offset, "size": rec.size, "msg_id": rec.msg_id,
                             "body_crc": rec.body_crc,
                             "store_timestamp_ms": rec.store_timestamp_ms,
+                            "record_hash": record_hash(view[pos:pos + size]),
                         })
                         pos += size
                 except CorruptRecordError as exc:  # cannot happen after a clean scan

@@ -4,8 +4,10 @@ rendered twice, so the Markdown and the HTML always say the same thing.
 
 Plots (PNG, matplotlib's object API: no pyplot, no global backend):
 - outcomes.png      per mode, the share of puts: acknowledged and kept,
-                    allowed loss, promise violation, failed, indeterminate
-- slave_ahead.png   per mode, each run's slave-ahead bytes
+                    allowed loss, stranded, promise violation, failed,
+                    indeterminate
+- slave_ahead.png   per mode, each run's slave-ahead bytes at the master's
+                    restart
 - latency.png       per mode, PUT_OK latency (p50, p99 per second) of one
                     run — the one with the most violations, else the most
                     faults — with its fault windows shaded
@@ -16,6 +18,7 @@ Plots (PNG, matplotlib's object API: no pyplot, no global backend):
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ PLOTS = "plots"
 OUTCOME_COLORS = {
     "acknowledged, kept": "#4c9f70",
     "allowed loss": "#f2b134",
+    "stranded": "#9b5de5",
     "promise violation": "#d1495b",
     "failed": "#8d99ae",
     "indeterminate": "#2b2d42",
@@ -78,8 +82,9 @@ def _comparison_block(comparison: pd.DataFrame) -> Table:
     # Run conditions appear only when the sweep varied them.
     cols += [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit")
              if comparison[c].nunique() > 1]
-    cols += ["runs", "acked", "acked_lost_master", "acked_lost_everywhere",
-             "promise_violations", "allowed_loss", "slave_ahead_runs", "slave_ahead_bytes_max",
+    cols += ["runs", "acked", "acked_distinct", "acked_lost_master", "acked_lost_everywhere",
+             "promise_violations", "allowed_loss", "acked_stranded", "slave_ahead_runs",
+             "slave_ahead_at_restart_bytes_max", "slave_ahead_at_end_bytes_max",
              "divergence_runs", "duplicates", "indeterminate", "put_ok_p50_ms",
              "put_ok_p99_ms", "failed_put_share"]
     # Consume-side figures appear when some run consumed (empty for the rest).
@@ -99,6 +104,7 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
     lost_m = int(runs["acked_lost_master"].sum())
     lost_e = int(runs["acked_lost_everywhere"].sum())
     allowed = int(runs["allowed_loss"].sum())
+    stranded = int(runs["acked_stranded"].sum())
     parts = [f"Promises: {promises.describe(role, flush)}. Over {_plural(len(runs), 'run')} "
              f"({', '.join(sorted(runs['scenario'].unique()))}), {_plural(acked, 'put')} "
              "acknowledged."]
@@ -113,13 +119,20 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
         parts.append(f"{_plural(lost_m, 'acknowledged message')} went missing from the "
                      f"recovered master, {lost_e:,} from every node; {allowed:,} of the losses "
                      "are allowed by what the mode promises.")
+        if stranded:
+            parts.append(f"**{_plural(stranded, 'acknowledged message')} stranded**: held only "
+                         "by a slave the serving master rejects or ignores, so no producer "
+                         "or consumer of that master can get them.")
     else:
         parts.append("The recovered master kept every acknowledged message.")
-    ahead = runs[runs["slave_ahead"]]
-    if len(ahead):
-        parts.append(f"A slave was ahead of the recovered master in {_plural(len(ahead), 'run')}"
-                     f" (up to {int(ahead['slave_ahead_bytes'].max()):,} bytes, "
-                     f"{int(ahead['slave_ahead_messages'].max()):,} messages).")
+    for when, text in (("restart", "the recovered master at its restart"),
+                       ("end", "the master at the end of the run")):
+        ahead = runs[runs[f"slave_ahead_at_{when}_bytes"] > 0]
+        if len(ahead):
+            parts.append(
+                f"A slave was ahead of {text} in {_plural(len(ahead), 'run')} (up to "
+                f"{int(ahead[f'slave_ahead_at_{when}_bytes'].max()):,} bytes, "
+                f"{int(ahead[f'slave_ahead_at_{when}_messages'].max()):,} messages).")
     div = runs[runs["divergent_records"] > 0]
     if len(div):
         parts.append(f"Master and slave logs held different records at the same offsets in "
@@ -174,7 +187,9 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
             [mode_label(r, f), promises.describe(r, f)] for r, f in promises.PROMISES])),
         ("p", "A violation is a promised message that is gone from where it was promised; an "
               "allowed loss is an acknowledged message missing from the recovered master that "
-              "no promise covered. A promise is void for a node whose disk the scenario "
+              "no promise covered; a stranded one is missing from it and held only by slaves "
+              "it rejects or ignores (found ahead of it under the reject or trust policy). "
+              "A promise is void for a node whose disk the scenario "
               "damaged, or (for a slave's copy) that crashed under the power crash model. "
               "Exact definitions: chaos/promises.py and chaos/pipeline.py."),
         ("h2", "Comparison"),
@@ -195,6 +210,17 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
               _fmt(r.acked_lost_everywhere)] for r in bad.head(50).itertuples()]))]
         if len(bad) > 50:
             blocks.append(("p", f"… and {len(bad) - 50:,} more in verdicts.csv."))
+    disk = [(r, node, off, "damaged on disk at") for r in verdicts.itertuples()
+            for node, off in json.loads(r.disk_damage_by_node).items()]
+    disk += [(r, node, off, "kept store differs from the run's read-back from")
+             for r in verdicts.itertuples()
+             for node, off in json.loads(r.store_changed_by_node).items()]
+    if disk:
+        blocks += [("h2", "Stores damaged or changed on disk"), (
+            "p", "Per node, read from the store the run kept where it did (the verdicts are "
+                 "judged from what the store holds now), else from the run's read-back."),
+            ("ul", [f"{r.run_id}: {node} {what} offset {off:,}"
+                    for r, node, off, what in disk])]
     if problems:
         blocks += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
     return blocks
@@ -284,8 +310,11 @@ def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
         g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
         puts = max(int(g["puts"].sum()), 1)
         viol, allowed = g["promise_violations"].sum(), g["allowed_loss"].sum()
+        # A stranded message that is also a violation is drawn as a violation;
+        # per run, stranded minus violations is a lower bound on the rest.
+        stranded = (g["acked_stranded"] - g["promise_violations"]).clip(lower=0).sum()
         indet = g["indeterminate"].sum()
-        values = [g["acked"].sum() - viol - allowed, allowed, viol,
+        values = [g["acked"].sum() - viol - allowed - stranded, allowed, stranded, viol,
                   g["failed"].sum() - indet, indet]
         for key, value in zip(OUTCOME_COLORS, values, strict=True):
             shares[key].append(value / puts)
@@ -315,7 +344,7 @@ def plot_slave_ahead(out_dir: str, verdicts: pd.DataFrame) -> str:
     rng = np.random.default_rng(0)  # jitter only; fixed so plots are reproducible
     for i, (role, flush) in enumerate(modes):
         g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        y = g["slave_ahead_bytes"].to_numpy(dtype=float)
+        y = g["slave_ahead_at_restart_bytes"].to_numpy(dtype=float)
         ax.scatter(i + rng.uniform(-0.15, 0.15, len(y)), y, s=12, alpha=0.6)
         if len(y):
             ax.hlines(y.max(), i - 0.3, i + 0.3, color="black", linewidth=1)

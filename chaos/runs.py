@@ -64,6 +64,11 @@ class NodeInfo:
     final: dict[str, Any]
     disk_void_until_ms: int
     copy_void_until_ms: int
+    # Set by chaos.kept_stores when the run kept this node's store: the store
+    # the records were read from again, and the first offset where it no
+    # longer matches the read-back the run wrote (None: it matches).
+    store_dir: str | None = None
+    store_differs_at: int | None = None
 
 
 @dataclass(frozen=True)

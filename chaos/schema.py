@@ -10,6 +10,9 @@
                                   the run, RECORDS fields, in offset order
       nodes/NAME/final.json       NAME's final positions, FINAL fields
       nodes/NAME/node.log         the node's log (free text, not parsed)
+      cluster/nodes/NAME/data/    NAME's store as the run left it, when the run
+                                  keeps it: `dlab report` reads it again and
+                                  judges from it (chaos/kept_stores.py)
     and, only for scenarios that consume while producing (absent otherwise;
     a run without them is read as a run without a consumer):
       consumed.jsonl              one row per message the consumer was handed,
@@ -103,7 +106,13 @@ RECORDS: dict[str, tuple[str, bool, str]] = {
     "msg_id": ("str", True, "UNIQ_KEY property, null if absent"),
     "body_crc": ("int", False, "BODYCRC as stored"),
     "store_timestamp_ms": ("int", False, "STORETIMESTAMP"),
+    "record_hash": ("int", True, "64-bit hash of the record's whole bytes (chaos.readback."
+                                 "record_hash); absent in results written before it"),
 }
+
+# Fields added after SCHEMA_VERSION 1 was written: a row may lack them (older
+# results still read) and is then read as if they were null.
+OPTIONAL_FIELDS = frozenset({"record_hash"})
 
 FINAL: dict[str, tuple[str, bool, str]] = {
     "name": ("str", False, "node name"),
@@ -191,6 +200,8 @@ def check_row(row: Any, fields: Mapping[str, tuple[str, bool, str]], where: str)
         raise SchemaError(f"{where}: expected a JSON object, got {type(row).__name__}")
     for name, (typ, nullable, _) in fields.items():
         if name not in row:
+            if name in OPTIONAL_FIELDS:
+                continue
             raise SchemaError(f"{where}: missing field {name!r}")
         value = row[name]
         if value is None:

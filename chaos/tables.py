@@ -33,7 +33,13 @@ COUNTS = (
     "disk_violations", "replica_promises", "replica_void", "replica_violations",
     "promise_violations", "allowed_loss", "indeterminate", "indeterminate_found",
     "duplicates", "duplicate_records", "order_inversions", "divergent_records",
+    "acked_distinct", "acked_stranded",
 )
+
+# Slave ahead of the master, at its restart (slave_ahead observations) and at
+# the end of the run (the stores' ends), in bytes and in the slave's messages.
+AHEAD_COLUMNS = tuple(f"slave_ahead_at_{when}_{unit}" for when in ("restart", "end")
+                      for unit in ("bytes", "messages"))
 
 
 # Consume-side figures (chaos.consumption); empty for runs without a consumer.
@@ -69,7 +75,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
     ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
-    slave_ahead_bytes, slave_ahead_messages; `consume`: run -> the
+    AHEAD_COLUMNS; `consume`: run -> the
     consume-side figures (chaos.consumption), None for a run without a
     consumer (its consume columns are then empty, not zero)."""
     fig = figures.set_index("run")
@@ -114,8 +120,20 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "failed_by_status": json.dumps(by_status, sort_keys=True),
             "acked_lost_by_node": json.dumps(
                 {n.name: count(f"lost_node{n.index}") for n in run.nodes}),
-            "slave_ahead_bytes": int(a["slave_ahead_bytes"]) if a is not None else 0,
-            "slave_ahead_messages": int(a["slave_ahead_messages"]) if a is not None else 0,
+            **{k: int(a[k]) if a is not None else 0 for k in AHEAD_COLUMNS},
+            # Damage the store holds (a record failing its checks before the
+            # end of data), per node: its offset; and, for a store the run
+            # kept, the first offset where it no longer matches the run's
+            # read-back (chaos/kept_stores.py).
+            "disk_damage_by_node": json.dumps(
+                {n.name: n.final["first_bad_offset"] for n in run.nodes
+                 if n.final["first_bad_offset"] is not None}),
+            "store_changed_by_node": json.dumps(
+                {n.name: n.store_differs_at for n in run.nodes
+                 if n.store_differs_at is not None}),
+            "judged_from": ("kept stores" if all(n.store_dir for n in run.nodes)
+                            else "read-back" if not any(n.store_dir for n in run.nodes)
+                            else "kept stores and read-back"),
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
             "put_ok_p50_ms": p50, "put_ok_p99_ms": p99,
@@ -126,8 +144,10 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             v = None if c is None else c[k]
             row[k] = None if v is None else int(v)
         row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
-        row["slave_ahead"] = row["slave_ahead_bytes"] > 0
-        row["verdict"] = "violation" if row["promise_violations"] else "ok"
+        row["slave_ahead"] = (row["slave_ahead_at_restart_bytes"] > 0
+                              or row["slave_ahead_at_end_bytes"] > 0)
+        row["verdict"] = ("violation" if row["promise_violations"]
+                          else "stranded" if row["acked_stranded"] else "ok")
         rows.append(row)
     df = pd.DataFrame(rows)
     df["first_divergent_offset"] = df["first_divergent_offset"].astype("Int64")
@@ -151,14 +171,15 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "runs": len(group),
             "puts": puts,
             "acked": int(group["acked"].sum()),
+            "acked_distinct": int(group["acked_distinct"].sum()),
+            "acked_stranded": int(group["acked_stranded"].sum()),
             "acked_lost_master": int(group["acked_lost_master"].sum()),
             "acked_lost_everywhere": int(group["acked_lost_everywhere"].sum()),
             "promise_violations": int(group["promise_violations"].sum()),
             "violation_runs": int((group["promise_violations"] > 0).sum()),
             "allowed_loss": int(group["allowed_loss"].sum()),
             "slave_ahead_runs": int(group["slave_ahead"].sum()),
-            "slave_ahead_bytes_max": int(group["slave_ahead_bytes"].max()),
-            "slave_ahead_messages_max": int(group["slave_ahead_messages"].max()),
+            **{f"{k}_max": int(group[k].max()) for k in AHEAD_COLUMNS},
             "divergence_runs": int((group["divergent_records"] > 0).sum()),
             "divergent_records": int(group["divergent_records"].sum()),
             "duplicates": int(group["duplicates"].sum()),

@@ -170,25 +170,38 @@ def test_both_promises_broken_count_one_violation(fixture_report: Any) -> None:
         "promise_violations": 1, "allowed_loss": 0}
 
 
-def test_sync_master_async_flush_loss_kept_by_the_slave_is_allowed(fixture_report: Any) -> None:
+def test_sync_master_async_flush_loss_held_by_a_rejected_slave_is_stranded(
+        fixture_report: Any) -> None:
     v = _verdict(fixture_report, "loss-sync-async-slave-kept")
-    assert _figures(v, LOSS_KEYS) == {
+    # The slave holds m4 past the master's end: under `reject` the master
+    # refuses it, so m4 is stranded there, neither kept nor an allowed loss.
+    assert _figures(v, LOSS_KEYS + " acked_stranded acked_distinct") == {
         "acked": 4, "acked_lost_master": 1, "acked_lost_everywhere": 0, "disk_promises": 0,
         "disk_violations": 0, "replica_promises": 4, "replica_violations": 0,
-        "promise_violations": 0, "allowed_loss": 1}
+        "promise_violations": 0, "allowed_loss": 0, "acked_stranded": 1, "acked_distinct": 4}
     assert json.loads(v["acked_lost_by_node"]) == {"m": 1, "s": 0}
+    assert v["verdict"] == "stranded"
+    assert _figures(v, "slave_ahead_at_restart_bytes slave_ahead_at_end_bytes "
+                       "slave_ahead_at_end_messages") == {
+        "slave_ahead_at_restart_bytes": 0, "slave_ahead_at_end_bytes": 100,
+        "slave_ahead_at_end_messages": 1}
 
 
 def test_same_offset_different_bytes_is_divergence(fixture_report: Any) -> None:
     v = _verdict(fixture_report, "diverge")
     # Common range [0, 300): offset 100 (same id, other CRC) and offset 200
     # (reused by the restarted master) differ; 0 matches.
+    # m3 and m4 are held only by the slave the master rejected: stranded.
     assert _figures(v, "divergent_records first_divergent_offset slave_ahead "
-                       "slave_ahead_bytes slave_ahead_messages acked_lost_master "
-                       "acked_lost_everywhere promise_violations allowed_loss") == {
+                       "slave_ahead_at_restart_bytes slave_ahead_at_restart_messages "
+                       "slave_ahead_at_end_bytes slave_ahead_at_end_messages acked_lost_master "
+                       "acked_lost_everywhere promise_violations allowed_loss "
+                       "acked_stranded") == {
         "divergent_records": 2, "first_divergent_offset": 100, "slave_ahead": True,
-        "slave_ahead_bytes": 200, "slave_ahead_messages": 2, "acked_lost_master": 2,
-        "acked_lost_everywhere": 0, "promise_violations": 0, "allowed_loss": 2}
+        "slave_ahead_at_restart_bytes": 200, "slave_ahead_at_restart_messages": 2,
+        "slave_ahead_at_end_bytes": 100, "slave_ahead_at_end_messages": 1,
+        "acked_lost_master": 2, "acked_lost_everywhere": 0, "promise_violations": 0,
+        "allowed_loss": 0, "acked_stranded": 2}
     assert _verdict(fixture_report, "loss-async-sync")["divergent_records"] == 0
 
 
@@ -198,20 +211,24 @@ def test_one_id_at_two_offsets_is_a_duplicate(fixture_report: Any) -> None:
                        "indeterminate_not_found acked acked_lost_master") == {
         "duplicates": 1, "duplicate_records": 2, "indeterminate": 2, "indeterminate_found": 1,
         "indeterminate_not_found": 1, "acked": 2, "acked_lost_master": 0}
+    assert v["acked_distinct"] == 2
     assert json.loads(v["failed_by_status"]) == {"INDETERMINATE": 2}
 
 
 def test_trust_policy_sync_master_put_ok_on_no_slave_is_a_violation(fixture_report: Any
                                                                     ) -> None:
     v = _verdict(fixture_report, "trust")
-    # m2: on the master, on no slave -> violation. m_old: lost on the master
-    # but the slave kept it -> allowed. The slave was 100 bytes ahead.
+    # m2: on the master, on no slave -> violation. m_old: lost on the master,
+    # held only by the slave whose offset the master believed and whose
+    # record it never reads -> stranded. The slave was 100 bytes ahead.
     assert _figures(v, "promise_violations replica_violations replica_void "
-                       "acked_lost_master acked_lost_everywhere allowed_loss "
-                       "divergent_records slave_ahead_bytes slave_ahead_messages") == {
+                       "acked_lost_master acked_lost_everywhere allowed_loss acked_stranded "
+                       "divergent_records slave_ahead_at_restart_bytes "
+                       "slave_ahead_at_restart_messages") == {
         "promise_violations": 1, "replica_violations": 1, "replica_void": 0,
-        "acked_lost_master": 1, "acked_lost_everywhere": 0, "allowed_loss": 1,
-        "divergent_records": 1, "slave_ahead_bytes": 100, "slave_ahead_messages": 1}
+        "acked_lost_master": 1, "acked_lost_everywhere": 0, "allowed_loss": 0,
+        "acked_stranded": 1, "divergent_records": 1, "slave_ahead_at_restart_bytes": 100,
+        "slave_ahead_at_restart_messages": 1}
     assert v["slave_ahead_policy"] == "trust"
 
 
@@ -252,12 +269,13 @@ def test_comparison_one_row_per_mode_and_scenario(fixture_report: Any) -> None:
     # Latency percentiles are over all PUT_OKs of the group: 1, 2, 3, 4, 10.
     assert row["put_ok_p99_ms"] == pytest.approx(4 + 0.96 * 6)
     crash = c[(c["scenario"] == "master-crash") & (c["role"] == "ASYNC_MASTER")].iloc[0]
-    assert (crash["slave_ahead_runs"], crash["slave_ahead_bytes_max"],
-            crash["divergence_runs"]) == (1, 200, 1)
+    assert (crash["slave_ahead_runs"], crash["slave_ahead_at_restart_bytes_max"],
+            crash["slave_ahead_at_end_bytes_max"], crash["divergence_runs"]) == (1, 200, 100, 1)
     issue_columns = [
         "role", "flush", "scenario", "runs", "acked", "acked_lost_master",
         "acked_lost_everywhere", "promise_violations", "slave_ahead_runs",
-        "slave_ahead_bytes_max", "divergence_runs", "duplicates", "indeterminate",
+        "slave_ahead_at_restart_bytes_max", "slave_ahead_at_end_bytes_max", "acked_stranded",
+        "acked_distinct", "divergence_runs", "duplicates", "indeterminate",
         "put_ok_p50_ms", "put_ok_p99_ms", "failed_put_share",
     ]
     assert set(issue_columns) <= set(c.columns)
@@ -303,7 +321,8 @@ def test_spark_judgement_matches_promises_judge_in_every_case(spark: Any,  # noq
         run_id = f"{role}-{flush}-{damage_at}".lower()
         history, master, slave = [], [], []
         counts = dict.fromkeys(("promise_violations", "disk_void", "replica_void",
-                                "disk_violations", "replica_violations", "allowed_loss"), 0)
+                                "disk_violations", "replica_violations", "allowed_loss",
+                                "acked_stranded"), 0)
         for n, (at, on_m, on_s) in enumerate(itertools.product(
                 (500, 1500, 2500), (True, False), (True, False))):
             msg, offset = f"x{n}", n * 100
@@ -312,10 +331,14 @@ def test_spark_judgement_matches_promises_judge_in_every_case(spark: Any,  # noq
                 master.append(rec(offset, msg))
             if on_s:
                 slave.append(rec(offset, msg))
+            # The slave ends past the master (x10 is its last record, x9 the
+            # master's), so under `reject` it is one the master refuses.
             j = promises.judge(role, flush, on_master=on_m, on_slave=on_s,
-                               master_disk_void=at <= damage_at, some_slave_void=at <= crash_at)
+                               master_disk_void=at <= damage_at, some_slave_void=at <= crash_at,
+                               only_on_rejected=True)
             counts["promise_violations"] += j.violation
             counts["allowed_loss"] += j.allowed_loss
+            counts["acked_stranded"] += j.stranded
             counts["disk_void"] += j.disk == promises.Outcome.VOID
             counts["replica_void"] += j.replica == promises.Outcome.VOID
             counts["disk_violations"] += j.disk == promises.Outcome.VIOLATED
@@ -425,10 +448,16 @@ def test_slave_ahead_gaps_are_counted_per_observation(spark: Any,  # noqa: F811
     runs, _ = load_runs(find_run_dirs([root]))
     ahead = _run_query(spark, runs)["slave_ahead"]
     gaps = next(r.index for r in runs if r.run_id == "gaps")
-    assert sorted(ahead.values.tolist()) == [[gaps, 1, 1], [gaps, 2, 3], [gaps, 3, 1]]
+    # Observations 1..3 at restarts; 5 and 6: s and t past the master's end.
+    assert sorted(ahead.values.tolist()) == [[gaps, 1, 1], [gaps, 2, 3], [gaps, 3, 1],
+                                             [gaps, 5, 1], [gaps, 6, 3]]
     v = build_report([root], str(tmp_path / "out")).verdicts.set_index("run_id")
-    assert v.loc["gaps", "slave_ahead_messages"] == 3 and v.loc["gaps", "slave_ahead_bytes"] == 300
-    assert v.loc["no-gap", "slave_ahead_messages"] == 0
+    assert v.loc["gaps", "slave_ahead_at_restart_messages"] == 3
+    assert v.loc["gaps", "slave_ahead_at_restart_bytes"] == 300
+    assert v.loc["gaps", "slave_ahead_at_end_messages"] == 3
+    assert v.loc["gaps", "slave_ahead_at_end_bytes"] == 300
+    assert v.loc["no-gap", "slave_ahead_at_restart_messages"] == 0
+    assert v.loc["no-gap", "slave_ahead_at_end_bytes"] == 0
 
 
 def test_load_run_names_a_bad_small_file(tmp_path: Any) -> None:
@@ -514,9 +543,10 @@ def test_bench_runs_follow_the_schema_and_check_as_designed(spark: Any,  # noqa:
     assert len(v) == 8 and v["puts"].tolist() == [400] * 8
     assert v["promise_violations"].sum() == 0
     crashed = v[(v["scenario"] == "master-crash") & (v["flush"] == "ASYNC_FLUSH")]
-    assert crashed["slave_ahead_messages"].tolist() == [bench.LOST_TAIL] * 2
+    assert crashed["slave_ahead_at_restart_messages"].tolist() == [bench.LOST_TAIL] * 2
     assert (crashed["divergent_records"] > 0).all()
-    assert (crashed["allowed_loss"] > 0).all()
+    # The lost tail is held by the slave the master rejected: stranded.
+    assert (crashed["acked_stranded"] > 0).all()
     assert v[v["scenario"] == "clean-restart"]["acked_lost_master"].sum() == 0
 
 
