@@ -633,6 +633,10 @@ class CommitLog:
                 self._p_end[keep - 1] = offset
             del self._p_start[keep:], self._p_end[keep:], self._p_data[keep:]
             self.flush_unlocked_for_truncate()
+            # The checkpoint may name a record past the cut, which a later
+            # recovery would take as proof that data past its end was flushed
+            # (store/recovery.py): lower it first (0: the next flush sets it).
+            self.checkpoint.lower(0)
             self._buffers.reset()  # every queued chunk is in the file or dropped
             cut_on_disk(self.directory, self.segments, offset, self.seg_size,
                         after_header=lambda: self.failpoints.hit("recovery_truncate"))
