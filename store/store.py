@@ -389,7 +389,11 @@ class MessageStore:
             segments = apply_plan(plan, commitlog_dir, segments, seg_size, failpoints)
             if config.crash_model.value == "process" and segments:
                 segments[-1].sync()  # what the OS held is now durable too
-            report = dataclasses.replace(_report(plan, listing.problems), **corruption)
+            report = _report(plan, listing.problems)
+            if corruption.get("corruption_action"):
+                corruption["summary"] = (f"{report.summary}; corruption of flushed data "
+                                         f"{corruption['corruption_action']}")
+            report = dataclasses.replace(report, **corruption)
             with open(abort_path, "wb") as f:
                 f.write(str(os.getpid()).encode())
                 os.fsync(f.fileno())
@@ -1029,11 +1033,12 @@ def _refusal(path: str, what: str, damage: Damage, repaired: list[tuple[int, int
     if repaired:
         text += f" ({len(repaired)} earlier range(s) were repaired.)"
     return text + (
-        " Nothing was changed. Two ways on: repair it from a replica that holds the range "
-        "(restart with --corruption-policy repair; a master needs --repair-from a slave's "
-        "address), or accept the loss and restart with --corruption-policy truncate (RocketMQ's "
-        f"behaviour: cuts at {damage.offset}, losing {damage.records_past} record(s), "
-        f"{damage.bytes_past} bytes).")
+        " Nothing was changed. Two ways on: repair the range from a replica that holds it "
+        "(start again with --corruption-policy repair: `dlab cluster start NODE "
+        "--corruption-policy repair`; `dlab node` repairs a master from its --repair-from "
+        "replicas, a slave from its master), or accept the loss and start again with "
+        "--corruption-policy truncate (RocketMQ's behaviour: cuts at "
+        f"{damage.offset}, losing {damage.records_past} record(s), {damage.bytes_past} bytes).")
 
 
 def _repair(damage: Damage, segments: list[Segment], seg_size: int,
