@@ -329,7 +329,12 @@ class CommitLog:
                     results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
                     pos += len(data)
                 close_piece()
-                self._last_ts = now
+                if pushed:
+                    # Only a batch that stored a record moves the timestamp
+                    # a flush writes to the checkpoint: recovery reads a
+                    # checkpoint past the last good record as proof that
+                    # data was flushed past it (store/recovery.py).
+                    self._last_ts = now
             except OSError as exc:
                 if self.failed is None:
                     self._fail(exc, "append")

@@ -28,7 +28,9 @@ from torn writes at its end):
   that verifies at its own PHYSICALOFFSET); the checkpoint names a flushed
   record stored later than the last good record before the damage (store
   timestamps never go backwards, and the checkpoint only ever names flushed
-  records). Cutting here deletes acknowledged, flushed data; what the store
+  records). A zero header (normally the end of data) counts as damage
+  only by the last of these: zeros where the checkpoint says records were
+  flushed are a hole. Cutting here deletes acknowledged, flushed data; what the store
   does about it is its CorruptionPolicy (store/config.py), and the plan
   carries the figures (segment, offset, bytes and records past the damage)
   for that decision and its message.
@@ -40,7 +42,7 @@ import enum
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from store import native as native_codec
 from store.checkpoint import Checkpoint
@@ -305,13 +307,24 @@ def plan_recovery(
     # Scanning stopped inside segment i (or ran off the last one): anything
     # after it is past the end of data.
     drop = starts[i + 1 :]
-    bad = scan.end if scan.stop == "damage" else None
-    stale = scan.stop == "end" and _stale_after(read(starts[i]), scan.end - starts[i])
     damage = None
-    if scan.stop == "damage":
+    if (scan.stop == "end" and checkpoint is not None and last_ts is not None
+            and checkpoint.physic_ms > last_ts):
+        # Zeros where the checkpoint says a later record was flushed: a hole
+        # in flushed data (a lost or zeroed block), not the end of data. (A
+        # cut lowers the checkpoint before it zeroes a header, so an
+        # interrupted one never looks like this.)
+        scan = replace(scan, stop="damage", reason="zeros",
+                       detail="a zero header where the checkpoint says records were flushed")
+        damage = classify_damage(
+            starts, read, i, scan, seg_size=seg_size, abnormal=True, checkpoint=checkpoint,
+            last_good_ts=last_ts)
+    elif scan.stop == "damage":
         damage = classify_damage(
             starts, read, i, scan, seg_size=seg_size, abnormal=abnormal, checkpoint=checkpoint,
             last_good_ts=last_ts)
+    bad = scan.end if scan.stop == "damage" else None
+    stale = scan.stop == "end" and _stale_after(read(starts[i]), scan.end - starts[i])
     return RecoveryPlan(
         abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes,
         stale, damage,

@@ -30,10 +30,12 @@ from store_helpers import (
 )
 
 from store.checkpoint import Checkpoint, read_checkpoint
+from store.clock import ManualClock
 from store.config import TESTING, CorruptionPolicy
-from store.record import encode
+from store.record import Message, encode
 from store.recovery import DamageKind, plan_recovery
 from store.segments import segment_name
+from store.status import PutStatus
 from store.store import CorruptionRefusedError, MessageStore
 
 TRUNCATE = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
@@ -226,3 +228,39 @@ def test_the_checkpoint_tells_a_flushed_last_record_from_a_torn_one(tmp_path: Pa
     assert kind_for(0) is DamageKind.TAIL
     assert kind_for(good_ts) is DamageKind.TAIL
     assert kind_for(good_ts + 1) is DamageKind.FLUSHED  # a later record was flushed
+
+
+def test_a_refused_batch_does_not_make_the_checkpoint_claim_a_later_record(
+        tmp_path: Path) -> None:
+    """A batch whose every message was refused (MESSAGE_ILLEGAL) appends no
+    record, so it must not move the store timestamp a flush writes to the
+    checkpoint: a crash after that flush is a healthy store, not a hole in
+    flushed data."""
+    clock = ManualClock()
+    s = MessageStore.open(str(tmp_path), TESTING, clock=clock)
+    ok = s.append([message(i) for i in range(20)])
+    assert all(r.status is PutStatus.PUT_OK for r in ok)
+    clock.advance(5)
+    too_big = Message("TopicTest", bytes(TESTING.max_message_size_bytes + 1))
+    assert s.append([too_big])[0].status is PutStatus.MESSAGE_ILLEGAL
+    s.log.flush()
+    cp, _ = read_checkpoint(str(tmp_path / "checkpoint"))
+    assert cp is not None and cp.physic_ms == ok[-1].store_timestamp_ms
+    s.log.close()  # a crash: `abort` stays, nothing more is written
+    s._lock.release()
+    records, report = reopen(tmp_path)
+    assert ids(records) == names(0, 20) and report.abnormal and report.corruption is None
+
+
+def test_zeros_where_the_checkpoint_says_records_were_flushed_are_a_hole(tmp_path: Path) -> None:
+    """A zeroed block in the middle of flushed data (a lost write) reads as a
+    zero header, which normally ends the data; the checkpoint naming a later
+    record tells it from the end: refused, not silently cut."""
+    results = fill(tmp_path, 300)
+    victim = results[150]
+    patch(tmp_path, victim.offset, bytes(4096))
+    mark_abnormal(tmp_path)
+    with pytest.raises(CorruptionRefusedError, match=f"at offset {victim.offset} \\(zeros"):
+        MessageStore.open(str(tmp_path), TESTING)
+    records, report = reopen(tmp_path, TRUNCATE)
+    assert ids(records) == names(0, 150) and report.corruption_action == "truncated"

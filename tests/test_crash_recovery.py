@@ -257,7 +257,9 @@ def test_crash_during_recovery_truncation_never_resurrects_the_tail(
     assert read_at(tmp_path, cut, 8) == bytes(8)
     assert read_at(tmp_path, cut + size, 8) != bytes(8)
 
-    records, report = reopen(tmp_path, TRUNCATING)
+    # Under the default policy: the cut lowered the checkpoint before it
+    # zeroed the header, so the interrupted cut is not taken for a hole.
+    records, report = reopen(tmp_path)
     assert ids(records) == [f"m{i:06d}" for i in range(50)]
     assert report.max_valid_offset == cut
     tail = read_at(tmp_path, cut, SEG - cut % SEG)
