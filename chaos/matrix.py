@@ -1,4 +1,4 @@
-"""The run matrix: role × flush × scenario × runs, one chaos run each, then
+"""The run matrix: role × flush × scenario × corruption policy × runs, one chaos run each, then
 the durability report over all of them.
 
 Seeds: run k of a cell uses seed `base_seed + k`, so every cell sees the
@@ -28,12 +28,15 @@ class MatrixConfig:
     runs: int = 1
     base_seed: int = 1
     template: dict[str, Any] = field(default_factory=dict)  # extra RunConfig fields
+    # Every cell runs under each (the cost of each policy, same chaos).
+    corruption_policies: Sequence[str] = ("refuse",)
 
-    def cells(self) -> list[tuple[str, str, str, int]]:
+    def cells(self) -> list[tuple[str, str, str, str, int]]:
         return [
-            (scenario, role, flush, self.base_seed + k)
-            for scenario, role, flush, k in itertools.product(
-                self.scenarios, self.roles, self.flushes, range(self.runs))
+            (scenario, role, flush, policy, self.base_seed + k)
+            for scenario, role, flush, policy, k in itertools.product(
+                self.scenarios, self.roles, self.flushes, self.corruption_policies,
+                range(self.runs))
         ]
 
 
@@ -63,11 +66,11 @@ def run_matrix(
     done: list[str] = []
     failed: list[tuple[str, str]] = []
     t0 = time.monotonic()
-    for i, (scenario, role, flush, seed) in enumerate(cells, 1):
+    for i, (scenario, role, flush, policy, seed) in enumerate(cells, 1):
         run_cfg = replace(
             RunConfig(scenario=get(scenario), role=role, flush=flush, seed=seed,
                       out_dir=runs_dir),
-            **cfg.template,
+            **{**cfg.template, "corruption_policy": policy},
         )
         try:
             run_dir = make_run(run_cfg).execute()

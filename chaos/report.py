@@ -80,7 +80,8 @@ def _fmt(v: Any) -> str:
 def _comparison_block(comparison: pd.DataFrame) -> Table:
     cols = ["role", "flush", "scenario"]
     # Run conditions appear only when the sweep varied them.
-    cols += [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit")
+    cols += [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit",
+                         "corruption_policy")
              if comparison[c].nunique() > 1]
     cols += ["runs", "acked", "acked_distinct", "acked_lost_master", "acked_lost_everywhere",
              "promise_violations", "allowed_loss", "acked_stranded", "slave_ahead_runs",

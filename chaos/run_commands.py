@@ -13,7 +13,7 @@ from typing import Any
 from chaos import scenarios
 from chaos.matrix import MatrixConfig, run_matrix
 from chaos.plan import plan_run
-from chaos.runner import FLUSHES, ROLES, Run, RunConfig
+from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, Run, RunConfig
 from chaos.summary import one_line
 from chaos.workload import WorkloadConfig
 from store.cli_args import UserError, positive_int
@@ -39,6 +39,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "than it has (default reject, RocketMQ 4.9.3+)")
     p.add_argument("--ha-ship-limit", choices=("wrote", "flushed"), default="wrote",
                    help="ship bytes up to the master's written (default) or flushed position")
+    p.add_argument("--corruption-policy", choices=CORRUPTION_POLICIES, default="refuse",
+                   help="what a node does about corruption of flushed data at recovery: "
+                   "refuse to start (default), truncate (RocketMQ) or repair from a replica")
     p.add_argument("--slaves", type=positive_int, default=1, help="slaves per cluster (1)")
     p.add_argument("--producers", type=positive_int, default=4,
                    help="concurrent producers (4)")
@@ -52,7 +55,7 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "backend": args.backend, "crash_model": args.crash_model,
         "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
-        "slaves": args.slaves,
+        "corruption_policy": args.corruption_policy, "slaves": args.slaves,
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
@@ -103,15 +106,23 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             raise UserError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
     _results_dir(args.out)
     template = _run_config_fields(args)
+    policies = args.corruption_policies or [template.pop("corruption_policy")]
+    template.pop("corruption_policy", None)
+    bad = [v for v in policies if v not in CORRUPTION_POLICIES]
+    if bad:
+        raise UserError(f"unknown corruption policy {', '.join(bad)}; choose from "
+                        f"{', '.join(CORRUPTION_POLICIES)}")
     if args.quick:
         template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                               retries=args.retries)
     cfg = MatrixConfig(out_dir=args.out, scenarios=names, runs=runs, base_seed=args.seed,
-                       roles=args.roles, flushes=args.flushes, template=template)
+                       roles=args.roles, flushes=args.flushes, template=template,
+                       corruption_policies=policies)
     cells = cfg.cells()
     print(f"matrix: {len(cfg.roles)} roles x {len(cfg.flushes)} flush modes x "
-          f"{len(names)} scenarios x {runs} run(s) = {len(cells)} runs on {args.backend}; "
-          f"results in {args.out}", flush=True)
+          f"{len(names)} scenarios x {len(policies)} corruption polic"
+          f"{'y' if len(policies) == 1 else 'ies'} x {runs} run(s) = {len(cells)} runs on "
+          f"{args.backend}; results in {args.out}", flush=True)
     from tqdm import tqdm
 
     bar = tqdm(total=len(cells), unit="run", file=sys.stderr, dynamic_ncols=True)
@@ -196,6 +207,9 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="comma-separated roles (both)")
     p.add_argument("--flushes", type=lambda t: t.split(","), default=list(FLUSHES),
                    help="comma-separated flush modes (both)")
+    p.add_argument("--corruption-policies", type=lambda t: t.split(","), default=None,
+                   help="comma-separated corruption policies to run every cell under (e.g. "
+                   "refuse,truncate,repair; default: --corruption-policy)")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the report (default: local)")

@@ -41,11 +41,20 @@ from chaos.readback import read_back
 from chaos.scenarios import Scenario, Step
 from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
 from chaos.workload import TOPIC, Sender, Workload, WorkloadConfig
-from cluster.backend import ClusterBackend, ClusterSpec, NodeSpec, NodeState, Role
+from cluster.backend import (
+    BackendError,
+    ClusterBackend,
+    ClusterSpec,
+    NodeSpec,
+    NodeState,
+    Role,
+)
 from ha.config import ShipLimit, SlaveAheadPolicy
+from store.config import CorruptionPolicy
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
 FLUSHES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+CORRUPTION_POLICIES = tuple(p.value for p in CorruptionPolicy)
 
 
 def now_ms() -> int:
@@ -63,6 +72,9 @@ class RunConfig:
     crash_model: str = "power"
     slave_ahead_policy: str = "reject"
     ha_ship_limit: str = "wrote"
+    # What a node does about corruption of flushed data at recovery (the
+    # bit-flip scenario shows each policy's cost): refuse, truncate, repair.
+    corruption_policy: str = "refuse"
     slaves: int = 1
     segment_size_bytes: int = 8 * 1024 * 1024  # rolls a few times per run; holds a 4 MiB message
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
@@ -82,6 +94,9 @@ class RunConfig:
             raise ValueError("crash model must be power or process")
         SlaveAheadPolicy(self.slave_ahead_policy)
         ShipLimit(self.ha_ship_limit)
+        if self.corruption_policy not in CORRUPTION_POLICIES:
+            raise ValueError(f"corruption policy must be one of {', '.join(CORRUPTION_POLICIES)}"
+                             f", got {self.corruption_policy!r}")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
         self.workload.validate()
@@ -89,8 +104,9 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
+        policy = "" if self.corruption_policy == "refuse" else f"-{self.corruption_policy}"
         return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
-                f"{self.slave_ahead_policy}-s{self.seed}")
+                f"{self.slave_ahead_policy}{policy}-s{self.seed}")
 
 
 BackendFactory = Callable[[str, str], ClusterBackend]  # (backend name, cluster dir)
@@ -193,10 +209,8 @@ class Run:
             elif step.action in ("start", "restart"):
                 if name == self.master:
                     self._before_master_start(backend)
-                if step.action == "restart":
-                    backend.restart(name)
-                else:
-                    backend.start(name)
+                if not self._start(backend, name, step.action, t):
+                    continue
                 self._fault(step.action, name, t, end=now_ms())
                 st = self._record_recovery(backend, name)
                 if name == self.master and st is not None:
@@ -288,6 +302,7 @@ class Run:
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("master", ""),
+            corruption_policy=CorruptionPolicy(cfg.corruption_policy),
             extra_args=cfg.master_args,
         )
         slaves = tuple(NodeSpec(
@@ -296,6 +311,7 @@ class Run:
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("slave", "") if i == 0 else "",
+            corruption_policy=CorruptionPolicy(cfg.corruption_policy),
         ) for i, s in enumerate(self.slaves))
         spec = ClusterSpec(directory=self.cluster_dir, master=master, slaves=slaves)
         history: list[dict[str, Any]] = []
@@ -355,7 +371,8 @@ class Run:
             if backend.node(name).state == NodeState.STOPPED:
                 if name == self.master:
                     self._before_master_start(backend)
-                backend.start(name)
+                if not self._start(backend, name, "start", t):
+                    continue
                 self._fault("start", name, t, end=now_ms(), detail="end of run")
                 st = self._record_recovery(backend, name)
                 if name == self.master and st is not None:
@@ -373,7 +390,28 @@ class Run:
                                    f"{self.consumer.incarnations}")
             self.consumer.drain()
         for name in (*self.slaves, self.master):
-            backend.stop(name)
+            if backend.node(name).state != NodeState.REFUSED:
+                backend.stop(name)
+
+    def _start(self, backend: ClusterBackend, name: str, action: str, t: int) -> bool:
+        """Start (or restart) a node; False when it refused to (its store holds
+        corruption of flushed data and its corruption policy is refuse, or a
+        repair found no replica): recorded as a `refused` fault, and the node
+        stays down for the rest of the run, its store as it was."""
+        try:
+            if action == "restart":
+                backend.restart(name)
+            else:
+                backend.start(name)
+        except BackendError:
+            info = backend.node(name)
+            if info.state != NodeState.REFUSED:
+                raise
+            self._fault("refused", name, t, detail=str(info.extra.get("refused", "")))
+            self.state.recoveries.setdefault(name, []).append(
+                f"refused: {info.extra.get('refused', '')}")
+            return False
+        return True
 
     def _settle(self, backend: ClusterBackend) -> None:
         deadline = time.monotonic() + self.cfg.settle_timeout_s
@@ -445,6 +483,7 @@ class Run:
             "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,
             "backend": cfg.backend, "crash_model": cfg.crash_model,
             "slave_ahead_policy": cfg.slave_ahead_policy, "ha_ship_limit": cfg.ha_ship_limit,
+            "corruption_policy": cfg.corruption_policy,
             "nodes": [{"name": n, "role": backend.node(n).role.value}
                       for n in (self.master, *self.slaves)],
             "failpoints": {self.master if t == "master" else self.slaves[0]: s

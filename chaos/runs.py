@@ -162,6 +162,9 @@ def load_run(run_dir: str, index: int) -> RunInfo:
     p_path = os.path.join(run_dir, "params.json")
     params = _load_json(p_path)
     check_row(params, PARAMS, p_path)
+    # Runs written before the option existed recovered as RocketMQ does: they
+    # cut corruption of flushed data.
+    params.setdefault("corruption_policy", "truncate")
     if params["schema_version"] != SCHEMA_VERSION:
         raise SchemaError(f"{p_path}: schema_version {params['schema_version']}, "
                           f"this dlab reads {SCHEMA_VERSION}")

@@ -80,7 +80,8 @@ HISTORY: dict[str, tuple[str, bool, str]] = {
 FAULTS: dict[str, tuple[str, bool, str]] = {
     "fault_id": ("int", False, "in order of injection"),
     "kind": ("str", False, "kill, stop, start, restart, pause, resume, partition, heal, "
-                           "torn_tail, bit_flip, failpoint"),
+                           "torn_tail, bit_flip, failpoint, refused (a start the node's "
+                           "corruption policy refused: it stays down)"),
     "node": ("str", True, "target node (null for a link fault)"),
     "peer": ("str", True, "other end for partition/heal"),
     "start_ms": ("int", False, "when the fault was injected"),

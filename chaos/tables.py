@@ -26,7 +26,7 @@ PUT_OK = "PUT_OK"
 # The comparison has one row per value of these: the role x flush x
 # scenario, split further only when a sweep varied the run conditions.
 COMPARISON_KEYS = ("role", "flush", "scenario", "backend", "crash_model",
-                   "slave_ahead_policy", "ha_ship_limit")
+                   "slave_ahead_policy", "ha_ship_limit", "corruption_policy")
 
 COUNTS = (
     "acked", "acked_lost_master", "acked_lost_everywhere", "disk_promises", "disk_void",
@@ -105,7 +105,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "run_id": run.run_id, "role": p["role"], "flush": p["flush"],
             "scenario": p["scenario"], "seed": p["seed"], "backend": p["backend"],
             "crash_model": p["crash_model"], "slave_ahead_policy": p["slave_ahead_policy"],
-            "ha_ship_limit": p["ha_ship_limit"],
+            "ha_ship_limit": p["ha_ship_limit"], "corruption_policy": p["corruption_policy"],
             "nodes": ",".join(n.name for n in run.nodes),
             "failpoints": json.dumps(p["failpoints"], sort_keys=True),
             "faults": ",".join(f"{x['kind']}:{x['node'] or '-'}" for x in run.faults),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ha.config import ShipLimit, SlaveAheadPolicy
+from store.config import CorruptionPolicy
 
 
 class Role(enum.StrEnum):
@@ -30,6 +31,24 @@ class NodeState(enum.StrEnum):
     RUNNING = "running"
     PAUSED = "paused"
     STOPPED = "stopped"  # clean stop or killed, not restarted yet
+    # Not running: its last start refused to open a store holding corruption
+    # of flushed data (NodeInfo.extra["refused"] says where and what).
+    REFUSED = "refused"
+
+
+# Beside a node's data directory (nodes/NAME/refused): `dlab node` writes why
+# it refused to start there (store.store.CorruptionRefusedError) and removes it
+# at its next start; backends read it to report the node as REFUSED.
+REFUSAL_FILE = "refused"
+
+
+def read_refusal(path: str) -> str | None:
+    """The message of a refusal file, or None when there is none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,16 +63,19 @@ class NodeSpec:
     slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
     ha_ship_limit: ShipLimit = ShipLimit.WROTE
     failpoints: str = ""
+    corruption_policy: CorruptionPolicy = CorruptionPolicy.REFUSE
     # The consume side's timings; None leaves the node's default (RocketMQ's:
     # the offset table persisted every 5 s, a slave's copy synced every 10 s).
     consumer_offset_persist_interval_ms: int | None = None
     consumer_offset_sync_interval_ms: int | None = None
     extra_args: tuple[str, ...] = ()
 
-    def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str
+    def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str,
+                  refusal_file: str | None = None, repair_from: tuple[str, ...] = ()
                   ) -> list[str]:
         """Arguments after `dlab node` (no secrets on the command line: the
-        token is read from a file)."""
+        token is read from a file). `refusal_file`: where the node says why
+        it refused to start; `repair_from`: replicas a master repairs from."""
         args = [
             "--name", self.name,
             "--role", self.role.value,
@@ -70,6 +92,12 @@ class NodeSpec:
             args += ["--master", master]
         if self.failpoints:
             args += ["--failpoints", self.failpoints]
+        if self.corruption_policy is not CorruptionPolicy.REFUSE:
+            args += ["--corruption-policy", self.corruption_policy.value]
+        if refusal_file:
+            args += ["--refusal-file", refusal_file]
+        for peer in repair_from:
+            args += ["--repair-from", peer]
         if self.consumer_offset_persist_interval_ms is not None:
             args += ["--consumer-offset-persist-ms", str(self.consumer_offset_persist_interval_ms)]
         if self.consumer_offset_sync_interval_ms is not None:
@@ -125,4 +153,6 @@ class ClusterBackend(Protocol):
     def partition(self, a: str, b: str) -> None: ...  # cut the replication link a-b
     def heal(self, a: str, b: str) -> None: ...
     def set_failpoints(self, name: str, spec: str) -> None: ...  # applies from next start
+    # applies from the next start (how a node that refused is started again)
+    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None: ...
     def down(self) -> None: ...  # stop everything; leaves data dirs, removes the rest

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -78,6 +79,14 @@ def _register_node(sub: Any) -> None:
                    choices=[x.value for x in SlaveAheadPolicy])
     p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
     p.add_argument("--failpoints", default="", help="name=crash|delay:MS@N,...")
+    _add_corruption_policy(p)
+    p.add_argument("--repair-from", action="append", type=address, default=[],
+                   metavar="HOST:PORT",
+                   help="a replica to repair a damaged range from (repeatable; a master "
+                        "names its slaves; a slave repairs from its --master by default)")
+    p.add_argument("--refusal-file", metavar="FILE",
+                   help="if the node refuses to start (corruption of flushed data), write why "
+                        "to FILE (removed at each start); cluster backends read it")
     g = p.add_argument_group("timing (defaults follow RocketMQ)")
     g.add_argument("--flush-interval-ms", type=positive_int, default=500)
     g.add_argument("--flush-thorough-interval-ms", type=positive_int, default=10_000)
@@ -103,11 +112,20 @@ def _register_node(sub: Any) -> None:
     p.set_defaults(handler=cmd_node)
 
 
+def _add_corruption_policy(p: Any) -> None:
+    p.add_argument("--corruption-policy", default="refuse",
+                   choices=["refuse", "truncate", "repair"],
+                   help="what a node does when recovery finds corruption of flushed data (not "
+                        "a torn tail, which is always cut): refuse to start (default), "
+                        "truncate at it (RocketMQ; logged at ERROR with what is lost), or "
+                        "repair the range from a replica (CRC-verified)")
+
+
 def node_config_from_args(args: argparse.Namespace) -> Any:
     from cluster.auth import TokenError, read_token_file
     from cluster.node import NodeConfig
     from ha.config import HAConfig
-    from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
+    from store.config import ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 
     try:
         token = read_token_file(args.token_file)
@@ -122,6 +140,7 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         sync_flush_timeout_ms=args.sync_flush_timeout_ms,
         consume_queue_flush_interval_ms=args.consume_queue_flush_ms,
         consumer_offset_persist_interval_ms=args.consumer_offset_persist_ms,
+        corruption_policy=CorruptionPolicy(args.corruption_policy),
     )
     ha = HAConfig(
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
@@ -134,7 +153,7 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
     try:
         return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir,
                           token=token, listen=args.listen, master=args.master, store=store,
-                          ha=ha, failpoints=args.failpoints,
+                          ha=ha, failpoints=args.failpoints, repair_from=tuple(args.repair_from),
                           consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms
                           ).validate()
     except ConfigError as exc:
@@ -154,10 +173,16 @@ def as_options(message: str, options: dict[str, str]) -> str:
     return message
 
 
+# `dlab node`'s exit code when it refuses to open a store holding corruption
+# of flushed data (2 is a usage error).
+EXIT_REFUSED = 3
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from cluster.node import NodeStartError, serve
     from store.config import NODE_SWITCH_INTERVAL_S
     from store.failpoints import Failpoints, FailpointSpecError
+    from store.store import CorruptionRefusedError
 
     try:
         Failpoints(args.failpoints)
@@ -174,10 +199,24 @@ def cmd_node(args: argparse.Namespace) -> int:
     # return waits out the event loop's slice (a slave catching up spent
     # most of its time so). 0.5 ms keeps that wait short for little cost.
     sys.setswitchinterval(NODE_SWITCH_INTERVAL_S)
+    if args.refusal_file:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(args.refusal_file)  # this start decides anew
     try:
         return asyncio.run(serve(config))
     except NodeStartError as exc:
         raise UserError(str(exc)) from None
+    except CorruptionRefusedError as exc:
+        logging.getLogger("dlab.node").error("node %s refused to start: %s", args.name, exc)
+        if args.refusal_file:
+            try:
+                with open(args.refusal_file, "w", encoding="utf-8") as f:
+                    f.write(f"corruption at {exc.damage.offset}: {exc}\n")
+            except OSError as err:
+                logging.getLogger("dlab.node").error("cannot write %s: %s", args.refusal_file,
+                                                     err.strerror)
+        print(f"dlab: node {args.name} refused to start: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
 
 
 def _setup_logging(name: str, level: str, log_file: str | None) -> None:
@@ -412,6 +451,7 @@ def _register_cluster(sub: Any) -> None:
                     choices=[x.value for x in SlaveAheadPolicy])
     up.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
     up.add_argument("--segment-size", type=parse_size, default=64 << 20)
+    _add_corruption_policy(up)
     up.add_argument("--token-file", help="use this token instead of generating one")
     up.add_argument("--node-args", default="",
                     help="extra `dlab node` options for every node, e.g. "
@@ -439,6 +479,10 @@ def _register_cluster(sub: Any) -> None:
         a = csub.add_parser(action, help=help_text)
         a.add_argument("node")
         a.add_argument("--dir", required=True)
+        if action in ("start", "restart"):
+            a.add_argument("--corruption-policy", choices=["refuse", "truncate", "repair"],
+                           help="change the node's corruption policy from this start on "
+                                "(e.g. for a node that refused to start)")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.node))
     for action, help_text in (("partition", "cut the replication link between A and B"),
                               ("heal", "restore the link between A and B")):
@@ -463,6 +507,10 @@ def _backend(directory: str, name: str | None = None) -> Any:
 def _backend_call(args: argparse.Namespace, action: str, *names: str) -> int:
     backend = _backend(args.dir)
     try:
+        if getattr(args, "corruption_policy", None):
+            from store.config import CorruptionPolicy
+
+            backend.set_corruption_policy(names[0], CorruptionPolicy(args.corruption_policy))
         result = getattr(backend, action)(*names)
     except BackendError as exc:
         raise UserError(str(exc)) from None
@@ -475,6 +523,7 @@ def _backend_call(args: argparse.Namespace, action: str, *names: str) -> int:
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from cluster.auth import TokenError, generate_token, read_token_file
+    from store.config import CorruptionPolicy
 
     if not 0 <= args.slaves <= 8:
         raise UserError("--slaves must be between 0 and 8")
@@ -491,6 +540,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         crash_model=args.crash_model, segment_size_bytes=args.segment_size,
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ha_ship_limit=ShipLimit(args.ha_ship_limit), extra_args=extra,
+        corruption_policy=CorruptionPolicy(args.corruption_policy),
     )
     master = NodeSpec(name="master", role=Role(args.role), flush=args.flush, **common)
     slaves = tuple(NodeSpec(name=f"slave{i + 1}", role=Role.SLAVE,
@@ -602,6 +652,14 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             print(f"  WRITES REFUSED: {st['failed']}")
         if st:
             print("  " + consume_summary(st))
+        if r.get("refused"):
+            print(f"  refused: {r['refused']}")
+        rec = st.get("recovery") or {}
+        if rec.get("corruption_action"):
+            print(f"  recovery {rec['corruption_action']} corruption of flushed data: "
+                  f"{rec.get('corruption')}"
+                  + (f" ({rec.get('records_lost')} records, {rec.get('bytes_lost')} bytes lost)"
+                     if rec["corruption_action"] == "truncated" else ""))
         if r.get("status_error"):
             print(f"  status unavailable: {r['status_error']}")
     return 0

@@ -45,11 +45,21 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.auth import read_token_file, write_token_file
-from cluster.backend import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState, Role
+from cluster.backend import (
+    REFUSAL_FILE,
+    BackendError,
+    ClusterSpec,
+    NodeInfo,
+    NodeSpec,
+    NodeState,
+    Role,
+    read_refusal,
+)
 from cluster.docker_engine import EngineUnavailableError, connect
 from cluster.local import MALLOC_ENV, spec_from_dict, spec_to_dict
 from cluster.procs import free_ports
 from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from store.config import CorruptionPolicy
 
 if TYPE_CHECKING:
     import docker
@@ -86,13 +96,16 @@ def project_name(directory: str) -> str:
     return "dlab-" + hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:10]
 
 
-def node_command(ns: NodeSpec, *, failpoints: str) -> list[str]:
+def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = ()
+                 ) -> list[str]:
     """What the container runs after the image's `dlab` entrypoint."""
     spec = dataclasses.replace(ns, failpoints=failpoints)
     master = f"{MASTER_ALIAS}:{NODE_PORT}" if ns.role == Role.SLAVE else None
     return ["node", *spec.node_args(data_dir=f"{NODE_MOUNT}/data",
                                     listen=f"0.0.0.0:{NODE_PORT}", master=master,
-                                    token_file=TOKEN_MOUNT),
+                                    token_file=TOKEN_MOUNT,
+                                    refusal_file=f"{NODE_MOUNT}/{REFUSAL_FILE}",
+                                    repair_from=repair_from),
             "--log-file", f"{NODE_MOUNT}/node.log"]
 
 
@@ -108,7 +121,12 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
         services[name] = {
             "image": image,
             "container_name": f"{project}-{name}",
-            "command": node_command(ns, failpoints=n["failpoints"]),
+            "command": node_command(
+                ns, failpoints=n["failpoints"],
+                # A master repairs from its slaves, by service name on the
+                # replication network.
+                repair_from=tuple(f"{k}:{NODE_PORT}" for k in nodes if k != master)
+                if name == master else ()),
             "user": user,
             # docker-init is PID 1 and forwards SIGTERM: the node must not be PID 1,
             # which the kernel shields from its own SIGKILL (a crash failpoint).
@@ -305,6 +323,9 @@ class ComposeBackend(ClusterDir):
             while True:
                 container = self._container(state, name)
                 if container is None or container.status in ("exited", "dead"):
+                    refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
+                    if refused:
+                        raise BackendError(f"node {name} refused to start: {refused}")
                     raise BackendError(f"node {name} exited during start; its output: "
                                        f"{self._logs_tail(container)}")
                 try:
@@ -339,6 +360,10 @@ class ComposeBackend(ClusterDir):
         extra: dict[str, Any] = {"port": n["port"], "starts": n["starts"],
                                  "failpoints": n["failpoints"], "container_status": status,
                                  "project": state["project"]}
+        refused = (read_refusal(self._path("nodes", name, REFUSAL_FILE))
+                   if node_state == NodeState.STOPPED else None)
+        if refused:
+            node_state, extra["refused"] = NodeState.REFUSED, refused
         if name != state["master"]:
             extra["partitioned"] = bool(n["partitioned"])
         return NodeInfo(
@@ -509,6 +534,15 @@ class ComposeBackend(ClusterDir):
             state = self._load()
             _check_name(state, name)
             state["nodes"][name]["failpoints"] = spec
+            self._save(state)
+
+    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            state["nodes"][name]["spec"]["corruption_policy"] = CorruptionPolicy(policy).value
+            # A new command line: the next start recreates the container.
+            state["nodes"][name]["created_failpoints"] = None
             self._save(state)
 
     # ---------------------------------------------------------------- down

@@ -28,10 +28,20 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.auth import write_token_file
-from cluster.backend import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState, Role
+from cluster.backend import (
+    REFUSAL_FILE,
+    BackendError,
+    ClusterSpec,
+    NodeInfo,
+    NodeSpec,
+    NodeState,
+    Role,
+    read_refusal,
+)
 from cluster.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
 from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
 from ha.config import ShipLimit, SlaveAheadPolicy
+from store.config import CorruptionPolicy
 
 HOST = "127.0.0.1"
 STOP_TIMEOUT_S = 30.0
@@ -51,6 +61,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     d["role"] = Role(d["role"])
     d["slave_ahead_policy"] = SlaveAheadPolicy(d["slave_ahead_policy"])
     d["ha_ship_limit"] = ShipLimit(d["ha_ship_limit"])
+    d["corruption_policy"] = CorruptionPolicy(d.get("corruption_policy", "refuse"))
     d["extra_args"] = tuple(d.get("extra_args", ()))
     return NodeSpec(**d)
 
@@ -146,9 +157,16 @@ class LocalBackend(ClusterDir):
         if proxy is not None and proxy["pid"] is not None and proc_state(_pid(proxy)) == "gone":
             self._start_proxy(state, name)  # someone ended it: the link comes back as it was
         ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
+        # A master repairs from its slaves (a slave from its master, by default).
+        peers = tuple(v["address"] for k, v in state["nodes"].items()
+                      if k != name and v.get("master_via")) if not n["master_via"] else ()
+        refusal = self._path("nodes", name, REFUSAL_FILE)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(refusal)  # this start says anew
         args = ns.node_args(data_dir=self._path("nodes", name, "data"),
                             listen=n["address"], master=n["master_via"],
-                            token_file=self._path("token"))
+                            token_file=self._path("token"), refusal_file=refusal,
+                            repair_from=peers)
         log_path = self._path("nodes", name, "node.log")
         with open(log_path, "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
@@ -166,6 +184,9 @@ class LocalBackend(ClusterDir):
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if proc_state(proc) == "gone":
+                    refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
+                    if refused:
+                        raise BackendError(f"node {name} refused to start: {refused}")
                     raise BackendError(f"node {name} exited during start; its log says: "
                                        f"{_tail(self._path('nodes', name, 'node.log'))}")
                 try:
@@ -190,6 +211,10 @@ class LocalBackend(ClusterDir):
             ps, NodeState.STOPPED)
         extra: dict[str, Any] = {"port": n["port"], "starts": n["starts"],
                                  "failpoints": n["failpoints"]}
+        refused = (read_refusal(self._path("nodes", name, REFUSAL_FILE))
+                   if node_state == NodeState.STOPPED else None)
+        if refused:
+            node_state, extra["refused"] = NodeState.REFUSED, refused
         if name in state["proxies"]:
             p = state["proxies"][name]
             extra["master_via"] = n["master_via"]
@@ -199,7 +224,8 @@ class LocalBackend(ClusterDir):
             name=name, role=ns.role, address=n["address"], state=node_state,
             data_dir=self._path("nodes", name, "data"),
             log_path=self._path("nodes", name, "node.log"),
-            pid=n["pid"] if node_state != NodeState.STOPPED else None, extra=extra,
+            pid=n["pid"] if node_state in (NodeState.RUNNING, NodeState.PAUSED) else None,
+            extra=extra,
         )
 
     def nodes(self) -> list[NodeInfo]:
@@ -329,6 +355,13 @@ class LocalBackend(ClusterDir):
             state = self._load()
             _check_name(state, name)
             state["nodes"][name]["failpoints"] = spec
+            self._save(state)
+
+    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None:
+        with self._locked():
+            state = self._load()
+            _check_name(state, name)
+            state["nodes"][name]["spec"]["corruption_policy"] = CorruptionPolicy(policy).value
             self._save(state)
 
     # ---------------------------------------------------------------- down

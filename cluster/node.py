@@ -39,6 +39,7 @@ from cluster import consume_service
 from cluster.auth import TokenInterceptor
 from cluster.backend import Role
 from cluster.guards import MalformedRequestInterceptor
+from cluster.repair import grpc_repair_source
 from cluster.send_stream import End, SendSession
 from cluster.wire import message_from_pb, peer_host, result_to_pb
 from ha.config import HAConfig
@@ -47,7 +48,7 @@ from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
 from store.clock import Clock, SystemClock
-from store.config import ConfigError, StoreConfig
+from store.config import ConfigError, CorruptionPolicy, StoreConfig
 from store.failpoints import Failpoints
 from store.record import CorruptRecordError, Message
 from store.status import PutResult, PutStatus, worse
@@ -73,6 +74,9 @@ class NodeConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     ha: HAConfig = field(default_factory=HAConfig)
     failpoints: str = ""
+    # Replicas the REPAIR corruption policy fetches a damaged range from
+    # (HOST:PORT of their Broker service); a slave defaults to its master.
+    repair_from: tuple[str, ...] = ()
     shutdown_grace_s: float = 2.0
     # A slave copies its master's consumer offset table this often
     # (RocketMQ's SlaveSynchronize runs every 10 s).
@@ -94,6 +98,10 @@ class NodeConfig:
                                       "127.0.0.1:7001")
         if not self.token:
             raise ConfigError("the cluster token is empty")
+        for addr in self.repair_from:
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit() or int(port) > 65535:
+                raise ConfigError(f"--repair-from {addr!r}: expected HOST:PORT")
         if self.consumer_offset_sync_interval_ms < 1:
             raise ConfigError("--consumer-offset-sync-ms must be at least 1")
         self.store.validate()
@@ -129,8 +137,12 @@ class Node:
         store_cfg = cfg.store.with_(store_host=(host if host != "0.0.0.0" else "127.0.0.1",
                                                 int(port)),
                                     drop_flushed_pages=cfg.role == Role.SLAVE)
+        repair_from = cfg.repair_from or ((cfg.master,) if cfg.master else ())
+        source = (grpc_repair_source(repair_from, cfg.token)
+                  if cfg.store.corruption_policy is CorruptionPolicy.REPAIR and repair_from
+                  else None)
         self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
-                                       failpoints=self.failpoints)
+                                       failpoints=self.failpoints, repair_source=source)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
         await self.store.start()
         self.server = grpc.aio.server(
@@ -426,7 +438,7 @@ class Node:
         cfg = self.config
         d: dict[str, Any] = {"name": cfg.name, "role": cfg.role.value, "listen": cfg.listen,
                              "master": cfg.master, "data_dir": cfg.data_dir,
-                             "failpoints": cfg.failpoints}
+                             "failpoints": cfg.failpoints, "repair_from": list(cfg.repair_from)}
         d["store"] = {k: (v.value if hasattr(v, "value") else v)
                       for k, v in asdict(cfg.store).items()}
         d["ha"] = {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(cfg.ha).items()}

@@ -46,6 +46,24 @@ def read_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
     return cp, None
 
 
+def lower_checkpoint(path: str, checkpoint: Checkpoint, timestamp_ms: int) -> Checkpoint:
+    """Lower the checkpoint's timestamps to at most `timestamp_ms`, durably,
+    and return it: done before recovery cuts flushed data, so that the
+    checkpoint never names a record past the cut (a later recovery reads a
+    checkpoint beyond its last good record as proof that data was flushed
+    past it). Lower only ever widens a later recovery."""
+    low = Checkpoint(min(checkpoint.physic_ms, timestamp_ms),
+                     min(checkpoint.logics_ms, timestamp_ms),
+                     min(checkpoint.index_ms, timestamp_ms))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, _LAYOUT.pack(low.physic_ms, low.logics_ms, low.index_ms), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return low
+
+
 class CheckpointFile:
     """The open checkpoint. Each field has one writer:
     - physic (and index, which this store has no service for and so keeps
@@ -88,6 +106,16 @@ class CheckpointFile:
             if timestamp_ms != self.logics_ms:
                 self.logics_ms = timestamp_ms
                 self._write()
+
+    def lower(self, timestamp_ms: int) -> None:
+        """Lower both timestamps to at most `timestamp_ms`, durably: before
+        a cut, so the checkpoint never names a record past it (see
+        lower_checkpoint)."""
+        with self._lock:
+            self.last_ms = min(self.last_ms, timestamp_ms)
+            self.logics_ms = min(self.logics_ms, timestamp_ms)
+            self._write()
+            os.fsync(self.fd)
 
     def sync(self) -> None:
         os.fsync(self.fd)

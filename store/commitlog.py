@@ -388,7 +388,12 @@ class CommitLog:
                     results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
                     pos += len(data)
                 close_piece()
-                self._last_ts = now
+                if pushed:
+                    # Only a batch that stored a record moves the timestamp
+                    # a flush writes to the checkpoint: recovery reads a
+                    # checkpoint past the last good record as proof that
+                    # data was flushed past it (store/recovery.py).
+                    self._last_ts = now
             except (OSError, SegmentUnavailableError) as exc:
                 if isinstance(exc, OSError) and self.failed is None:
                     self._fail(exc, "append")
@@ -696,6 +701,10 @@ class CommitLog:
                 self._p_end[keep - 1] = offset
             del self._p_start[keep:], self._p_end[keep:], self._p_data[keep:]
             self.flush_unlocked_for_truncate()
+            # The checkpoint may name a record past the cut, which a later
+            # recovery would take as proof that data past its end was flushed
+            # (store/recovery.py): lower it first (0: the next flush sets it).
+            self.checkpoint.lower(0)
             self._buffers.reset()  # every queued chunk is in the file or dropped
             cut_on_disk(self.directory, self.segments, offset, self.seg_size,
                         after_header=lambda: self.failpoints.hit("recovery_truncate"))

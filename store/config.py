@@ -33,6 +33,23 @@ class CrashModel(enum.StrEnum):
     PROCESS = "process"
 
 
+class CorruptionPolicy(enum.StrEnum):
+    """What opening a store does when recovery finds damage in data that was
+    flushed (a bad record with valid records after it, or before the
+    checkpoint's flushed point; store/recovery.py tells it from a torn tail,
+    which is always cut). After Protocol-Aware Recovery (FAST '18).
+
+    REFUSE: do not open; the error names the damage and what cutting would
+    lose. TRUNCATE: RocketMQ's behaviour, cut at the damage (logged at ERROR,
+    kept in the recovery report) so the lab can show its cost. REPAIR: fetch
+    the damaged range from a replica, CRC-verified, and write it in place;
+    refuse when no replica holds it."""
+
+    REFUSE = "refuse"
+    TRUNCATE = "truncate"
+    REPAIR = "repair"
+
+
 class ConfigError(ValueError):
     """A setting is out of range; the message names it and the allowed range."""
 
@@ -78,6 +95,8 @@ class StoreConfig:
     # something fails over to it: its next writes reuse those pages instead
     # of taking fresh memory (CommitLog._drop_pages says why that matters).
     drop_flushed_pages: bool = False
+    # What open does about damage in flushed data (CorruptionPolicy).
+    corruption_policy: CorruptionPolicy = CorruptionPolicy.REFUSE
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:
@@ -115,6 +134,8 @@ class StoreConfig:
         need(self.max_unflushed_bytes >= 0, "max_unflushed_bytes must be 0 (no bound) or more")
         need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
+        need(isinstance(self.corruption_policy, CorruptionPolicy),
+             "corruption_policy must be a CorruptionPolicy (refuse, truncate or repair)")
         return self
 
     def with_(self, **changes: object) -> StoreConfig:

@@ -22,6 +22,8 @@ KNOWN = {
     "slave_after_append_before_report": "slave: shipped bytes appended, before the report",
     "segment_roll": "any: a new segment created, before a record goes into it",
     "recovery_truncate": "any: recovery zeroed the header at the cut, before clearing the tail",
+    "recovery_repair": "any: recovery wrote a repaired range but its first header, before "
+                       "writing that header",
     "consume_queue_truncate": "any: a ConsumeQueue cut zeroed its first dropped unit, before "
                               "shortening the file",
     "consumer_offsets_before_rename": "any: the offset table's temp file written and synced, "

@@ -45,7 +45,7 @@ from store.consumequeue import DIR_NAME as CQ_DIR
 from store.consumequeue import UNIT, UNIT_SIZE
 from store.lock import lock_holder
 from store.record import MESSAGE_MAGIC, CorruptRecordError, Record, decode, peek
-from store.recovery import first_record_timestamp, plan_recovery, scan_segment
+from store.recovery import DamageKind, first_record_timestamp, plan_recovery, scan_segment
 from store.segments import NAME_DIGITS, SegmentListing, list_segments, segment_name
 
 Buffer = bytes | memoryview
@@ -478,6 +478,11 @@ def _preview(
     if plan.stale_tail:
         notes.append(f"non-zero bytes follow the end of data at {plan.max_valid_offset} "
                      "(an interrupted truncation): recovery clears them")
+    if plan.damage is not None and plan.damage.kind is DamageKind.FLUSHED:
+        notes.append(
+            plan.damage.describe(segment_name) + ": with corruption policy refuse (the "
+            "default) the store does not open; truncate cuts as shown; repair fetches the "
+            "range from a replica")
     if full_scan_bad is not None and full_scan_bad < plan.max_valid_offset:
         notes.append(
             f"recovery would not see the damage at {full_scan_bad}: it scans only from "

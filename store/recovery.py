@@ -13,20 +13,42 @@ truncation) is IO and lives in commitlog.py.
 
 Scanning verifies size, magic, PHYSICALOFFSET and body CRC of every record. A
 blank moves to the next segment; an all-zero header is the normal end of
-data; anything else is damage, and everything from it on is dropped.
+data; anything else is damage.
+
+Damage is then classified (after Protocol-Aware Recovery, FAST '18; and
+TigerBeetle, which tells corruption in the middle of the committed journal
+from torn writes at its end):
+- TAIL: nothing past the damage is vouched for as flushed. A crash mid-flush
+  leaves such a torn or garbage tail (every write this store makes to a
+  segment is sequential, so a torn write is never followed by good records):
+  cutting it loses nothing that was promised. It is cut, as always.
+- FLUSHED: corruption of data that was flushed. Any of these vouches for it:
+  the last shutdown was clean (a clean close flushes everything); a valid
+  record lies past the damage (found by resynchronising on the next record
+  that verifies at its own PHYSICALOFFSET); the checkpoint names a flushed
+  record stored later than the last good record before the damage (store
+  timestamps never go backwards, and the checkpoint only ever names flushed
+  records). A zero header (normally the end of data) counts as damage
+  only by the last of these: zeros where the checkpoint says records were
+  flushed are a hole. Cutting here deletes acknowledged, flushed data; what the store
+  does about it is its CorruptionPolicy (store/config.py), and the plan
+  carries the figures (segment, offset, bytes and records past the damage)
+  for that decision and its message.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from store import native as native_codec
 from store.checkpoint import Checkpoint
 from store.record import (
     BLANK_MAGIC,
+    BLANK_SIZE,
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC,
     STOREHOST_V6_FLAG,
@@ -160,6 +182,39 @@ def scan_segment(
                        trailing_nonzero=trailing)
 
 
+class DamageKind(enum.StrEnum):
+    TAIL = "tail"  # torn or garbage tail past what is vouched flushed: safe to cut
+    FLUSHED = "flushed"  # corruption of flushed data: cutting loses promised data
+
+
+@dataclass(frozen=True)
+class Damage:
+    """The first damage recovery found, classified, with what cutting there
+    would lose: every valid record past it (`records_past`, in bytes up to the
+    end of the last of them: `bytes_past`). `resume_offset` is where valid
+    records start again (the damaged range is [offset, resume_offset)), None
+    when none follows."""
+
+    kind: DamageKind
+    segment: int  # start offset of the segment holding the damage
+    offset: int
+    reason: str | None
+    detail: str | None
+    records_past: int
+    bytes_past: int
+    resume_offset: int | None
+    evidence: str  # why the data there is (or is not) known to be flushed
+
+    def describe(self, seg_name: Callable[[int], str]) -> str:
+        text = (f"commitlog/{seg_name(self.segment)} at offset {self.offset} "
+                f"({self.reason}: {self.detail})")
+        if self.kind is DamageKind.FLUSHED:
+            return (f"corruption of flushed data in {text}; {self.evidence}; cutting there "
+                    f"would lose {self.bytes_past} bytes holding {self.records_past} valid "
+                    "record(s)")
+        return f"torn tail at {text}; {self.evidence}"
+
+
 @dataclass(frozen=True)
 class RecoveryPlan:
     abnormal: bool
@@ -177,6 +232,7 @@ class RecoveryPlan:
     # must be cleared before anything is appended, or new records ending
     # where an old one began would make the old tail valid again.
     stale_tail: bool = False
+    damage: Damage | None = None  # set whenever first_bad_offset is
 
     def describe(self) -> str:
         kind = "abnormal" if self.abnormal else "normal"
@@ -185,6 +241,12 @@ class RecoveryPlan:
         )
         if self.first_bad_offset is not None:
             text += f"; damage at {self.first_bad_offset} ({self.bad_reason}: {self.bad_detail})"
+            if self.damage is not None and self.damage.kind is DamageKind.FLUSHED:
+                text += (f", corruption of flushed data ({self.damage.evidence}): "
+                         f"{self.damage.records_past} valid record(s), "
+                         f"{self.damage.bytes_past} bytes past it")
+            else:
+                text += " (a torn tail)"
             text += ", everything from there on dropped"
         if self.segments_to_drop:
             text += f"; {len(self.segments_to_drop)} later segment(s) removed"
@@ -247,12 +309,155 @@ def plan_recovery(
     # Scanning stopped inside segment i (or ran off the last one): anything
     # after it is past the end of data.
     drop = starts[i + 1 :]
+    damage = None
+    if (scan.stop == "end" and checkpoint is not None and last_ts is not None
+            and checkpoint.physic_ms > last_ts):
+        # Zeros where the checkpoint says a later record was flushed: a hole
+        # in flushed data (a lost or zeroed block), not the end of data. (A
+        # cut lowers the checkpoint before it zeroes a header, so an
+        # interrupted one never looks like this.)
+        scan = replace(scan, stop="damage", reason="zeros",
+                       detail="a zero header where the checkpoint says records were flushed")
+        damage = classify_damage(
+            starts, read, i, scan, seg_size=seg_size, abnormal=True, checkpoint=checkpoint,
+            last_good_ts=last_ts)
+    elif scan.stop == "damage":
+        damage = classify_damage(
+            starts, read, i, scan, seg_size=seg_size, abnormal=abnormal, checkpoint=checkpoint,
+            last_good_ts=last_ts)
     bad = scan.end if scan.stop == "damage" else None
     stale = scan.stop == "end" and _stale_after(read(starts[i]), scan.end - starts[i])
     return RecoveryPlan(
         abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes,
-        stale,
+        stale, damage,
     )
+
+
+_MAGIC_BYTES = MESSAGE_MAGIC.to_bytes(4, "big")
+_RESYNC_CHUNK = 1 << 20
+
+
+def resync(buf: Buffer, seg_start: int, from_offset: int) -> int | None:
+    """The offset of the first record at or after `from_offset` in this
+    segment that verifies where it lies (its PHYSICALOFFSET equal to its
+    position, its CRC right): where valid data starts again after damage.
+    None when the rest of the segment holds none."""
+    view = memoryview(buf)
+    pos = max(0, from_offset - seg_start)
+    n = len(view)
+    while pos + 8 <= n:
+        # The magic sits 4 bytes into a record; search a chunk at a time (a
+        # torn tail's segment is mostly zeros: no copy of it all at once).
+        hi = min(n, pos + 4 + _RESYNC_CHUNK + 3)
+        chunk = bytes(view[pos + 4 : hi])
+        at = chunk.find(_MAGIC_BYTES)
+        if at < 0:
+            pos += _RESYNC_CHUNK
+            continue
+        cand = pos + at
+        try:
+            verify(view, cand, seg_start + cand)
+            return seg_start + cand
+        except CorruptRecordError:
+            pos = cand + 1
+    return None
+
+
+def classify_damage(
+    starts: list[int],
+    read: Callable[[int], Buffer],
+    index: int,
+    scan: SegmentScan,
+    *,
+    seg_size: int | None,
+    abnormal: bool,
+    checkpoint: Checkpoint | None,
+    last_good_ts: int | None,
+) -> Damage:
+    """Tell a torn tail from corruption of flushed data (module docstring)
+    for the damage `scan` stopped at in segment `starts[index]`, and count
+    what lies past it."""
+    bad = scan.end
+    records = 0
+    last_end: int | None = None
+    resume: int | None = None
+    i = index
+    at: int | None = resync(read(starts[i]), starts[i], bad + 1)
+    while True:
+        if at is None:
+            # Nothing more in this segment: later segments, from their start.
+            i += 1
+            if i >= len(starts):
+                break
+            at = starts[i]
+        if resume is None and at > bad:
+            resume = at
+        seg = scan_segment(read(starts[i]), starts[i], at, seg_size=seg_size)
+        records += seg.records
+        if seg.records:
+            last_end = _last_record_end(read(starts[i]), starts[i], at, seg)
+            if resume is None or resume > at:
+                resume = at
+        if seg.stop == "damage":
+            at = resync(read(starts[i]), starts[i], seg.end + 1)
+            continue
+        at = None
+        if seg.stop != "blank":
+            # The end of data in this segment: later segments may still hold
+            # records (a lost blank, a gap): keep counting them.
+            continue
+    if records == 0:
+        resume = None
+    bytes_past = (last_end - bad) if last_end is not None else 0
+    evidence: str | None = None
+    if not abnormal:
+        evidence = "the last shutdown was clean, so everything before it had been flushed"
+    elif records:
+        evidence = f"{records} valid record(s) follow it"
+    elif checkpoint is not None and checkpoint.physic_ms and (
+            last_good_ts is None or checkpoint.physic_ms > last_good_ts):
+        evidence = (f"the checkpoint names a record stored at {checkpoint.physic_ms} ms as "
+                    f"flushed, later than the last good record"
+                    + (f" ({last_good_ts} ms)" if last_good_ts is not None else ""))
+    if evidence is None:
+        return Damage(DamageKind.TAIL, starts[index], bad, scan.reason, scan.detail, 0, 0, None,
+                      "nothing past it is known to have been flushed: safe to cut")
+    return Damage(DamageKind.FLUSHED, starts[index], bad, scan.reason, scan.detail, records,
+                  bytes_past, resume, evidence)
+
+
+def _last_record_end(buf: Buffer, seg_start: int, at: int, seg: SegmentScan) -> int:
+    """The end of the last record of a scanned run (a blank's scan ends at
+    the segment's end, past the records)."""
+    if seg.stop != "blank":
+        return seg.end
+    pos = at - seg_start
+    while True:
+        size, magic = peek(buf, pos)
+        if magic != MESSAGE_MAGIC:
+            return seg_start + pos
+        pos += size
+
+
+def verify_range(data: Buffer, offset: int, end: int, seg_end: int) -> None:
+    """Check that `data` (fetched from a replica to repair [offset, end)) is
+    exactly whole valid records from `offset`, each at its own
+    PHYSICALOFFSET with its CRC right, ending at `end` — or ending with a
+    blank that closes the segment at `seg_end`. Raises CorruptRecordError."""
+    view = memoryview(data)
+    pos = 0
+    while offset + pos < end:
+        if pos + BLANK_SIZE <= len(view):
+            size, magic = peek(view, pos)
+            if magic == BLANK_MAGIC:
+                if offset + pos + size != seg_end or pos + BLANK_SIZE != len(view):
+                    raise CorruptRecordError("size", f"blank at {offset + pos} does not close "
+                                             "its segment")
+                return
+        size, _ts = verify(view, pos, offset + pos)
+        pos += size
+    if offset + pos != end or pos != len(view):
+        raise CorruptRecordError("size", f"records end at {offset + pos}, not at {end}")
 
 
 STALE_CHECK_BYTES = 4096

@@ -32,7 +32,7 @@ import resource
 import signal
 import sys
 
-from store.config import TESTING, CrashModel, FlushMode
+from store.config import TESTING, CorruptionPolicy, CrashModel, FlushMode
 from store.failpoints import Failpoints
 from store.record import UNIQ_KEY, Message
 from store.status import PutStatus
@@ -60,6 +60,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--report-flushed", action="store_true")
     p.add_argument("--failpoints", default="")
     p.add_argument("--fsize-limit", type=int, default=0)
+    p.add_argument("--corruption-policy", default=CorruptionPolicy.REFUSE.value,
+                   choices=[m.value for m in CorruptionPolicy])
+    p.add_argument("--repair-from-dir", default=None,
+                   help="repair from this store directory (a replica's files)")
     return p.parse_args()
 
 
@@ -122,8 +126,15 @@ def main() -> int:
         flush_mode=FlushMode(args.flush),
         crash_model=CrashModel(args.crash_model),
         flush_interval_ms=args.flush_interval_ms,
+        corruption_policy=CorruptionPolicy(args.corruption_policy),
     )
-    store = MessageStore.open(args.dir, config, failpoints=Failpoints(args.failpoints))
+    source = None
+    if args.repair_from_dir:
+        from store_helpers import replica_files_source
+
+        source = replica_files_source(args.repair_from_dir)
+    store = MessageStore.open(args.dir, config, failpoints=Failpoints(args.failpoints),
+                              repair_source=source)
     out(f"READY {os.getpid()}")
     if args.mode == "open":
         out(f"RECOVERED {store.recovery.summary}")

@@ -12,14 +12,14 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from store.config import TESTING, StoreConfig
-from store.record import UNIQ_KEY, Message, Record
+from store.record import BLANK_MAGIC, MESSAGE_MAGIC, UNIQ_KEY, Message, Record, peek
 from store.segments import segment_name
 from store.status import PutResult, PutStatus
-from store.store import MessageStore, RecoveryReport
+from store.store import MessageStore, RecoveryReport, RepairUnavailableError
 
 SEG = TESTING.segment_size_bytes
 CHILD = Path(__file__).with_name("store_child.py")
@@ -69,6 +69,32 @@ def reopen(path: str | Path, config: StoreConfig = TESTING) -> tuple[list[Record
         return list(s.log.iter_records()), s.recovery
     finally:
         s.close_sync()
+
+
+def replica_files_source(replica: str | Path, seg_size: int = SEG) -> Callable[[int, int], bytes]:
+    """A RepairSource (store.store) reading another store directory's files,
+    as a replica holding the same log would serve them: whole records from
+    `offset`, at most to `end`, a closing blank included."""
+
+    def fetch(offset: int, end: int) -> bytes:
+        start = offset - offset % seg_size
+        path = Path(replica, "commitlog", segment_name(start))
+        if not path.exists():
+            raise RepairUnavailableError(f"{replica} holds no segment for offset {offset}")
+        with open(path, "rb") as f:
+            f.seek(offset - start)
+            data = f.read(min(end, start + seg_size) - offset)
+        pos = 0
+        while pos + 8 <= len(data):
+            size, magic = peek(data, pos)
+            if magic == BLANK_MAGIC:
+                return data[: pos + 8]
+            if magic != MESSAGE_MAGIC or size <= 0 or pos + size > len(data):
+                break
+            pos += size
+        return data[:pos]
+
+    return fetch
 
 
 def mark_abnormal(path: str | Path) -> None:

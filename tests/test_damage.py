@@ -27,11 +27,15 @@ from store_helpers import (
 )
 
 from store.clock import ManualClock
-from store.config import TESTING
+from store.config import TESTING, CorruptionPolicy
 from store.record import BLANK_MAGIC, BLANK_SIZE, encode, encode_blank, peek, verify
 from store.recovery import plan_recovery, scan_segment
 from store.segments import segment_name
 from store.store import MessageStore, StoreOpenError
+
+# Damage to flushed data is refused by default (tests/test_corruption_policy.py);
+# these tests are about how the cut is made, so they accept it (RocketMQ's way).
+TRUNCATING = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
 
 
 def names(n: int) -> list[str | None]:
@@ -45,7 +49,7 @@ def test_bit_flip_inside_a_record_keeps_everything_before_it(tmp_path: Path, shu
     if shutdown == "crash":
         mark_abnormal(tmp_path)
     flip_bit(tmp_path, bad.offset + 88 + 17, bit=3)  # a body byte
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TRUNCATING)
     assert ids(records) == names(100)
     assert report.first_bad_offset == bad.offset and report.bad_reason == "crc"
     assert report.max_valid_offset == bad.offset
@@ -53,7 +57,7 @@ def test_bit_flip_inside_a_record_keeps_everything_before_it(tmp_path: Path, shu
     assert report.abnormal is (shutdown == "crash")
     tail = read_at(tmp_path, bad.offset, SEG - bad.offset)
     assert tail == bytes(len(tail))  # the dropped records are gone from the file
-    records, report = reopen(tmp_path)  # and the next open finds a clean log
+    records, report = reopen(tmp_path, TRUNCATING)  # and the next open finds a clean log
     assert ids(records) == names(100) and report.first_bad_offset is None
 
 
@@ -79,7 +83,7 @@ def test_last_segment_cut_short_mid_record(tmp_path: Path) -> None:
     assert last.offset >= SEG
     file, pos = locate(tmp_path, last.offset)
     os.truncate(file, pos + 40)  # the file ends 40 bytes into the last record
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TRUNCATING)
     assert ids(records) == names(299)
     assert report.first_bad_offset == last.offset
     assert any("last segment is short" in p for p in report.problems)
@@ -181,7 +185,7 @@ def test_damage_in_a_middle_segment_drops_the_later_segments(tmp_path: Path, shu
     flip_bit(tmp_path, results[victim].offset + 88 + 50)
     if shutdown == "crash":
         mark_abnormal(tmp_path)
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TRUNCATING)
     assert ids(records) == names(victim)
     assert report.first_bad_offset == results[victim].offset and report.bad_reason == "crc"
     assert report.segments_dropped == [3 * SEG, 4 * SEG]
@@ -195,7 +199,7 @@ def test_a_blank_of_the_wrong_size_is_damage(tmp_path: Path) -> None:
     blank_at = last_in_first.end
     patch(tmp_path, blank_at, encode_blank(SEG - blank_at - 1))
     mark_abnormal(tmp_path)
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TRUNCATING)
     assert len(records) == results.index(last_in_first) + 1
     assert report.first_bad_offset == blank_at and report.bad_reason == "size"
     assert report.segments_dropped == [SEG * i for i in range(1, len(report.segments_dropped) + 1)]
@@ -208,7 +212,7 @@ def test_records_at_the_wrong_offset_are_damage(tmp_path: Path) -> None:
     files = sorted((tmp_path / "commitlog").iterdir())
     files[2].write_bytes(files[1].read_bytes())
     mark_abnormal(tmp_path)
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TRUNCATING)
     assert report.first_bad_offset == 2 * SEG and report.bad_reason == "position"
     assert all(r.offset < 2 * SEG for r in records) and records
     assert report.segments_dropped == [3 * SEG]

@@ -10,9 +10,9 @@ import pytest
 
 from chaos.disk_faults import DiskFaultError, bit_flip, torn_tail
 from chaos.readback import read_back
-from store.config import TESTING
+from store.config import TESTING, CorruptionPolicy
 from store.record import Message
-from store.store import MessageStore
+from store.store import CorruptionRefusedError, MessageStore
 
 
 def _store(path: str, n: int = 120) -> list[tuple[int, str]]:
@@ -58,7 +58,12 @@ def test_bit_flip_is_found_at_the_record_it_names(tmp_path: str) -> None:
     assert flipped in {o for o, _ in written}
     rb = read_back(str(tmp_path))
     assert rb.first_bad_offset == flipped and rb.bad_reason == "crc"
-    s = MessageStore.open(str(tmp_path), TESTING)  # clean shutdown: normal recovery
+    # Clean shutdown, so the record was flushed: refused by default ...
+    with pytest.raises(CorruptionRefusedError, match=f"at offset {flipped} "):
+        MessageStore.open(str(tmp_path), TESTING)
+    # ... and cut, as RocketMQ does, under truncate.
+    s = MessageStore.open(str(tmp_path),
+                          TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE))
     try:
         kept = [r.msg_id for r in s.log.iter_records()]
     finally:

@@ -26,7 +26,7 @@ from store_helpers import (
 )
 
 from cluster.cli import main
-from store.config import TESTING
+from store.config import TESTING, CorruptionPolicy
 from store.inspect import InspectError, StoreFiles, inspect_store, iter_records
 from store.record import MESSAGE_MAGIC, body_crc, encode, encode_blank
 from store.segments import segment_name
@@ -82,8 +82,10 @@ def test_damaged_store_report_matches_what_recovery_then_does(tmp_path: Path) ->
     assert r.recovery.segments_removed == [segment_name(3 * SEG), segment_name(4 * SEG)]
     assert any("abort file present" in p for p in r.problems)
     assert any(f"damaged record at offset {bad} (crc" in p for p in r.problems)
+    assert any(n.startswith(f"corruption of flushed data in commitlog/{segment_name(2 * SEG)} "
+                            f"at offset {bad}") and "does not open" in n for n in r.recovery.notes)
 
-    records, report = reopen(tmp_path)
+    records, report = reopen(tmp_path, TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE))
     assert len(records) == r.records and report.max_valid_offset == r.max_valid_offset
     assert report.first_bad_offset == r.first_bad_offset
     assert [segment_name(s) for s in report.segments_dropped] == r.recovery.segments_removed

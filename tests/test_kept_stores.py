@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 from pipeline_fixtures import make_run, op, rec, spark  # noqa: F401
 
+from chaos import cli
 from chaos.kept_stores import first_difference, reread, store_dir
 from chaos.readback import read_back
 from chaos.runs import find_run_dirs, load_runs
-from chaos import cli
 from store.record import UNIQ_KEY, V4_FIXED_SIZE, Message, encode
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
