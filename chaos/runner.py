@@ -41,7 +41,8 @@ from chaos.readback import read_back
 from chaos.scenarios import Scenario, Step
 from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
 from chaos.workload import TOPIC, Sender, Workload, WorkloadConfig
-from cluster.backend import ClusterBackend, ClusterSpec, NodeSpec, NodeState, Role
+from cluster.backends.interface import ClusterBackend, ClusterSpec, NodeSpec, NodeState
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER")

@@ -40,7 +40,7 @@ def test_the_dlab_script_has_every_areas_commands() -> None:
 def test_the_node_entry_loads_no_chaos_module() -> None:
     """`python -m cluster.cli` (how backends start nodes) builds its parser
     without loading the layer above it."""
-    code = ("import json, sys; from cluster import cli; cli.build_parser(); "
+    code = ("import json, sys; from cluster.cli import main as cli; cli.build_parser(); "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'chaos')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, cwd=ROOT)
