@@ -1,8 +1,8 @@
-"""`dlab`, the console script: every command of cluster/cli.py plus the chaos
+"""`dlab`, the console script: every command of cluster/cli/main.py plus the chaos
 harness's (`dlab chaos ...`, `dlab report`, `dlab bench pipeline`, ...).
 
 It lives in the top layer because it is the one module that imports every
-area's commands; cluster/cli.py holds the parser and error handling it uses.
+area's commands; cluster/cli/main.py holds the parser and error handling it uses.
 Run it without installing as `python -m chaos.cli`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from chaos import bench, commands, run_commands
-from cluster import cli
+from cluster.cli import main as cli
 
 REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.workload import SendOutcome
-from cluster.backend import ClusterBackend
-from cluster.backends import open_backend
-from cluster.client import AsyncNodeClient, NodeClient, make_message
+from cluster.backends.interface import ClusterBackend
+from cluster.backends.registry import open_backend
+from cluster.client.node_client import AsyncNodeClient, NodeClient, make_message
 
 
 def backend_factory(name: str, directory: str) -> ClusterBackend:

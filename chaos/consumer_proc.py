@@ -1,4 +1,4 @@
-"""The chaos run's consumer: a pull consumer (cluster.consumer.Consumer) as
+"""The chaos run's consumer: a pull consumer (cluster.client.consumer.Consumer) as
 its own OS process, so a scenario can SIGKILL it like a node and start it
 again (a new incarnation, resuming from the offsets the broker kept for its
 group).
@@ -215,8 +215,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 async def _child(args: argparse.Namespace) -> int:
     import grpc
 
-    from cluster.auth import read_token_file
-    from cluster.consumer import Consumer, Delivery
+    from cluster.client.consumer import Consumer, Delivery
+    from cluster.node.auth import read_token_file
     from ha.credentials import token_metadata
     from proto import broker_pb2, broker_pb2_grpc
 

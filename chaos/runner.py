@@ -41,14 +41,14 @@ from chaos.readback import read_back
 from chaos.scenarios import Scenario, Step
 from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
 from chaos.workload import TOPIC, Sender, Workload, WorkloadConfig
-from cluster.backend import (
+from cluster.backends.interface import (
     BackendError,
     ClusterBackend,
     ClusterSpec,
     NodeSpec,
     NodeState,
-    Role,
 )
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy
 

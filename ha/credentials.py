@@ -2,7 +2,7 @@
 on the HA stream a slave opens and on every broker RPC a client makes.
 
 It lives in ha/ because the slave sends it; the token's file handling and
-the server's check (cluster/auth.py) build on it from the layer above."""
+the server's check (cluster/node/auth.py) build on it from the layer above."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ log = logging.getLogger("dlab.ha.master")
 SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 # How long a closing stream waits for a write in flight (see _run_stream).
 WRITE_DRAIN_S = 2.0
-SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node.py NodeConfig)
+SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node/server.py NodeConfig)
 
 
 @dataclass

@@ -96,7 +96,7 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SendStream(self, request_iterator, context):
-        """Many sends over one long-lived call (cluster/send_stream.py): each
+        """Many sends over one long-lived call (cluster/node/send_stream.py): each
         request is put as soon as it is read, results are written as puts
         complete (out of order). A node reads at most a bounded number of
         requests ahead of their results per stream. When the node shuts down it
@@ -127,7 +127,7 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pull(self, request, context):
-        """The consume side (cluster/consume_service.py). Every call needs the
+        """The consume side (cluster/node/consume_service.py). Every call needs the
         token; a malformed request gets INVALID_ARGUMENT saying what to send.
         Masters and slaves both serve pulls, each up to its confirmed offset.
         """

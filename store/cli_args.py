@@ -1,5 +1,5 @@
 """What every layer's commands share: UserError (an input error, printed as
-one line with exit code 2 by the `dlab` entry, cluster/cli.py) and the
+one line with exit code 2 by the `dlab` entry, cluster/cli/main.py) and the
 argparse `type=` helpers for sizes, counts, durations and directories.
 
 They live in the bottom layer so that store/cli.py and store/bench.py can

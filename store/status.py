@@ -35,7 +35,7 @@ _STORED = {
 
 # What a client records for a put whose answer never came (the call failed or
 # timed out): it may or may not be stored. No node answers it, so it is not a
-# PutStatus; the client (cluster/client.py) and the chaos history use it.
+# PutStatus; the client (cluster/client/node_client.py) and the chaos history use it.
 INDETERMINATE = "INDETERMINATE"
 
 # When flush and replica waits both fail, the worse one is reported.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import image as img
-from cluster.docker_engine import unavailable_reason
+from cluster.backends import image as img
+from cluster.backends.docker_engine import unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 

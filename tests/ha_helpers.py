@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from cluster.auth import generate_token
-from cluster.backend import ClusterSpec, NodeSpec, Role
-from cluster.client import FAST_RECONNECT, NodeClient, make_message
-from cluster.local import LocalBackend
+from cluster.backends.interface import ClusterSpec, NodeSpec
+from cluster.backends.local import LocalBackend
+from cluster.client.node_client import FAST_RECONNECT, NodeClient, make_message
+from cluster.node.auth import generate_token
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The backend contract (cluster/backend.py ClusterBackend), one suite for
+"""The backend contract (cluster/backends/interface.py ClusterBackend), one suite for
 every backend: what the CLI and the chaos harness may rely on, checked by
 observable outcomes (process states, RPCs answering or not, replication
 moving or not, files on disk).
@@ -18,10 +18,11 @@ import pytest
 from compose_support import needs_engine
 from ha_helpers import spec, wait_until
 
-from cluster.auth import generate_token
-from cluster.backend import BackendError, ClusterBackend, NodeState, Role
-from cluster.backends import open_backend
-from cluster.client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
+from cluster.backends.interface import BackendError, ClusterBackend, NodeState
+from cluster.backends.registry import open_backend
+from cluster.client.node_client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
+from cluster.node.auth import generate_token
+from cluster.node.role import Role
 
 BACKENDS = ["local", pytest.param("compose", marks=needs_engine)]
 

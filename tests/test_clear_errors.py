@@ -37,8 +37,8 @@ from pipeline_fixtures import make_run, op, rec
 from store_helpers import fill
 
 from chaos.runs import load_runs
-from cluster.auth import write_token_file
-from cluster.backend import Role
+from cluster.node.auth import write_token_file
+from cluster.node.role import Role
 from store.config import KIB, StoreConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,12 +161,12 @@ def open_tmp() -> Iterator[str]:
 # directory may be closed to nobody, so it cannot start as nobody).
 _AS_NOBODY = """
 import os, sys
-import cluster.cli, cluster.commands, cluster.node, store.failpoints
-cluster.cli.build_parser()
+import cluster.cli.main, cluster.cli.commands, cluster.node.server, store.failpoints
+cluster.cli.main.build_parser()
 os.setgroups([])
 os.setgid(int(sys.argv[1]))
 os.setuid(int(sys.argv[2]))
-sys.exit(cluster.cli.main(sys.argv[3:]))
+sys.exit(cluster.cli.main.main(sys.argv[3:]))
 """
 
 

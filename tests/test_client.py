@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from ha_helpers import client, running_cluster, status
 
-from cluster.backend import Role
-from cluster.client import AsyncNodeClient, NodeCallError, NodeClient, make_message
-from cluster.local import LocalBackend
-from cluster.procs import free_ports
+from cluster.backends.local import LocalBackend
+from cluster.backends.procs import free_ports
+from cluster.client.node_client import AsyncNodeClient, NodeCallError, NodeClient, make_message
+from cluster.node.role import Role
 from store.status import INDETERMINATE
 
 

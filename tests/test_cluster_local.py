@@ -16,11 +16,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ha_helpers import FAST, log_text, wait_until
 
-from cluster.auth import write_token_file
-from cluster.backend import BackendError, NodeState
-from cluster.client import NodeClient
-from cluster.local import LocalBackend
-from cluster.procs import free_ports
+from cluster.backends.interface import BackendError, NodeState
+from cluster.backends.local import LocalBackend
+from cluster.backends.procs import free_ports
+from cluster.client.node_client import NodeClient
+from cluster.node.auth import write_token_file
 
 
 def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

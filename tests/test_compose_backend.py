@@ -24,11 +24,12 @@ import pytest
 from compose_support import needs_engine, remove_images, snapshot_sources
 
 from chaos.disk_faults import torn_tail
-from cluster import image as img
-from cluster.backend import BackendError, ClusterSpec, NodeSpec, NodeState, Role
-from cluster.client import NodeCallError, NodeClient, make_message
-from cluster.compose import ComposeBackend, compose_document, node_command, project_name
-from cluster.local import spec_to_dict
+from cluster.backends import image as img
+from cluster.backends.compose import ComposeBackend, compose_document, node_command, project_name
+from cluster.backends.interface import BackendError, ClusterSpec, NodeSpec, NodeState
+from cluster.backends.local import spec_to_dict
+from cluster.client.node_client import NodeCallError, NodeClient, make_message
+from cluster.node.role import Role
 
 TOKEN = "compose-test-token"
 pytestmark = pytest.mark.timeout(600)

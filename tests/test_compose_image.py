@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from compose_support import ROOT, needs_engine, remove_images, snapshot_sources
 
-from cluster import image as img
-from cluster.cli import main
+from cluster.backends import image as img
+from cluster.cli.main import main
 
 SCRIPT = ROOT / "compose" / "make-base-image.sh"
 needs_root = pytest.mark.skipif(

@@ -20,13 +20,12 @@ import grpc
 import pytest
 from ha_helpers import client, running_cluster, send_n, status, wait_connected, wait_until
 
-from cluster import consume_service
-from cluster.auth import write_token_file
-from cluster.backend import NodeSpec, Role
-from cluster.cli import build_parser
-from cluster.client import make_message
-from cluster.commands import node_config_from_args
-from cluster.consumer import (
+from cluster.backends.interface import NodeSpec
+from cluster.backends.local import LocalBackend
+from cluster.backends.procs import free_ports
+from cluster.cli.commands import node_config_from_args
+from cluster.cli.main import build_parser
+from cluster.client.consumer import (
     BlockingConsumer,
     Consumer,
     ConsumerError,
@@ -34,8 +33,10 @@ from cluster.consumer import (
     load_offset_file,
     save_offset_file,
 )
-from cluster.local import LocalBackend
-from cluster.procs import free_ports
+from cluster.client.node_client import make_message
+from cluster.node import consume_service
+from cluster.node.auth import write_token_file
+from cluster.node.role import Role
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.status import GetMessagesResult, GetMessageStatus, QueuedMessage

@@ -24,8 +24,8 @@ from ha_helpers import FAST, log_text, wait_until
 from store_helpers import snapshot
 
 from chaos.readback import read_back
-from cluster.client import NodeClient
-from cluster.local import LocalBackend
+from cluster.backends.local import LocalBackend
+from cluster.client.node_client import NodeClient
 from store.segments import segment_name
 
 SEGMENT = 256 * 1024

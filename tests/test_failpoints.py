@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.backend import ClusterSpec, NodeSpec, NodeState, Role
-from cluster.client import NodeClient, make_message
-from cluster.local import LocalBackend
+from cluster.backends.interface import ClusterSpec, NodeSpec, NodeState
+from cluster.backends.local import LocalBackend
+from cluster.client.node_client import NodeClient, make_message
+from cluster.node.role import Role
 from store.failpoints import KNOWN, Failpoints, FailpointSpecError
 
 COUNT_ONLY = ",".join(f"{name}=delay:0@999999999" for name in KNOWN)

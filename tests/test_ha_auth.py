@@ -26,9 +26,9 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.auth import write_token_file
-from cluster.client import NodeCallError, NodeClient, make_message
-from cluster.local import LocalBackend
+from cluster.backends.local import LocalBackend
+from cluster.client.node_client import NodeCallError, NodeClient, make_message
+from cluster.node.auth import write_token_file
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
 

@@ -26,8 +26,9 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.backend import BackendError, Role
-from cluster.client import make_message
+from cluster.backends.interface import BackendError
+from cluster.client.node_client import make_message
+from cluster.node.role import Role
 from ha.config import ShipLimit
 from ha.slave import UNFLUSHED_READ_LIMIT
 

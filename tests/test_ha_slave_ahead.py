@@ -26,8 +26,8 @@ from ha_helpers import (
     wait_until,
 )
 
-from cluster.backend import Role
-from cluster.local import LocalBackend
+from cluster.backends.local import LocalBackend
+from cluster.node.role import Role
 from ha.config import SlaveAheadPolicy
 
 

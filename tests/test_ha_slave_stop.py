@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cluster.procs import free_ports
+from cluster.backends.procs import free_ports
 from ha.config import TESTING
 from ha.slave import HASlave
 from store.clock import SystemClock

@@ -9,8 +9,8 @@ import os
 
 from ha_helpers import client, running_cluster, send_n, slave_link, wait_until
 
-from cluster.backend import Role
-from cluster.client import AsyncNodeClient, SendOutcome, make_message
+from cluster.client.node_client import AsyncNodeClient, SendOutcome, make_message
+from cluster.node.role import Role
 
 
 def test_no_slave_means_slave_not_available_at_once_and_the_message_is_stored(

@@ -25,7 +25,7 @@ from store_helpers import (
     snapshot,
 )
 
-from cluster.cli import main
+from cluster.cli.main import main
 from store.config import TESTING, CorruptionPolicy
 from store.inspect import InspectError, StoreFiles, inspect_store, iter_records
 from store.record import MESSAGE_MAGIC, body_crc, encode, encode_blank

@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -40,8 +42,26 @@ def test_the_dlab_script_has_every_areas_commands() -> None:
 def test_the_node_entry_loads_no_chaos_module() -> None:
     """`python -m cluster.cli` (how backends start nodes) builds its parser
     without loading the layer above it."""
-    code = ("import json, sys; from cluster import cli; cli.build_parser(); "
+    code = ("import json, sys; from cluster.cli import main as cli; cli.build_parser(); "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'chaos')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, cwd=ROOT)
     assert json.loads(out.stdout) == []
+
+
+@pytest.mark.parametrize("entry, command_module", [
+    ("cluster.cli.main", "cluster.cli.image"),
+    ("cluster.cli.main", "cluster.cli.bench"),
+    ("chaos.cli", "chaos.commands"),
+])
+def test_a_command_module_that_cannot_be_imported_stops_the_cli(
+        entry: str, command_module: str) -> None:
+    """A command module that fails to import is an error with its name, never
+    a CLI that starts without its commands (as a lookup by name that skipped
+    missing modules once did)."""
+    code = (f"import sys; sys.modules[{command_module!r}] = None; "
+            f"import {entry} as entry; entry.build_parser(); print('started')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode != 0 and "started" not in out.stdout
+    assert command_module in out.stderr

@@ -76,7 +76,7 @@ def test_inspect_reads_a_store_another_process_holds(tmp_path: Path) -> None:
     holder = _start_holder(tmp_path)
     try:
         out = subprocess.run([sys.executable, "-c",
-                              "import sys; from cluster.cli import main; sys.exit(main())",
+                              "import sys; from cluster.cli.main import main; sys.exit(main())",
                               "store", "inspect", str(tmp_path)],
                              capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr

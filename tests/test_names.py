@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from store_helpers import message
 
-from cluster import consume_service
-from cluster.backend import Role
-from cluster.client import make_message
-from cluster.consumer import Consumer, ConsumerError
+from cluster.client.consumer import Consumer, ConsumerError
+from cluster.client.node_client import make_message
+from cluster.node import consume_service
+from cluster.node.role import Role
 from proto import broker_pb2
 from store import native as native_codec
 from store.config import TESTING

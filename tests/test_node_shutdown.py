@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster.auth import write_token_file
-from cluster.client import NodeClient, make_message
-from cluster.procs import free_ports
+from cluster.backends.procs import free_ports
+from cluster.client.node_client import NodeClient, make_message
+from cluster.node.auth import write_token_file
 
 # Clean stops take well under a second here; the margin is for a loaded
 # 2-core machine. The bug this guards against never stopped at all.

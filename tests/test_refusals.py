@@ -20,9 +20,10 @@ import pytest
 from ha_helpers import FAST
 from store_helpers import SEG, fill, message, snapshot
 
-from cluster.auth import generate_token, write_token_file
-from cluster.backend import BackendError, ClusterSpec, NodeSpec, Role
-from cluster.local import LocalBackend
+from cluster.backends.interface import BackendError, ClusterSpec, NodeSpec
+from cluster.backends.local import LocalBackend
+from cluster.node.auth import generate_token, write_token_file
+from cluster.node.role import Role
 from store.config import TESTING
 from store.segments import segment_name
 from store.store import MessageStore, StoreOpenError

@@ -17,11 +17,11 @@ import grpc
 import pytest
 from ha_helpers import client, log_text, running_cluster, status, wait_connected, wait_until
 
-from cluster.backend import Role
-from cluster.client import AsyncNodeClient, SendOutcome, make_message
-from cluster.local import LocalBackend
-from cluster.send_stream import MAX_IN_FLIGHT
-from cluster.wire import message_to_pb
+from cluster.backends.local import LocalBackend
+from cluster.client.node_client import AsyncNodeClient, SendOutcome, make_message
+from cluster.node.role import Role
+from cluster.node.send_stream import MAX_IN_FLIGHT
+from cluster.node.wire import message_to_pb
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.status import INDETERMINATE

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.backend import BackendError
+from cluster.backends.interface import BackendError
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1

@@ -1,5 +1,5 @@
 """The backends by name: open the one asked for, or the one a cluster
-directory was made with. Apart from cluster/backend.py (the interface) so
+directory was made with. Apart from cluster/backends/interface.py (the interface) so
 that the implementations, which import the interface, are not imported back
 by it."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 
-from cluster.backend import BackendError, ClusterBackend
-from cluster.compose import ComposeBackend
-from cluster.local import LocalBackend
-from cluster.state_dir import STATE_FILE
+from cluster.backends.compose import ComposeBackend
+from cluster.backends.interface import BackendError, ClusterBackend
+from cluster.backends.local import LocalBackend
+from cluster.backends.state_dir import STATE_FILE
 
 BACKEND_NAMES = ("local", "compose")
 

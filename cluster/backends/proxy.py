@@ -2,7 +2,7 @@
 backend can cut and heal, so a partition is a real network fault on real
 sockets.
 
-    python -m cluster.proxy --listen 127.0.0.1:PORT --target 127.0.0.1:PORT \
+    python -m cluster.backends.proxy --listen 127.0.0.1:PORT --target 127.0.0.1:PORT \
         [--state-file FILE]
 
 Runs until SIGTERM. Signals drive it:
@@ -151,7 +151,7 @@ async def run(listen: tuple[str, int], target: tuple[str, int], state_file: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.proxy",
+    parser = argparse.ArgumentParser(prog="python -m cluster.backends.proxy",
                                      description="cuttable TCP proxy for one replication link")
     parser.add_argument("--listen", type=_addr, required=True)
     parser.add_argument("--target", type=_addr, required=True)

@@ -1,6 +1,6 @@
 """The command-line machinery, and the commands of the cluster layer and
 below. Each area registers its own subcommands (store/cli.py,
-store/bench.py, cluster/commands.py, ...), so this module only wires them
+store/bench.py, cluster/cli/commands.py, ...), so this module only wires them
 together and turns expected errors into one clear line and exit code 2
 instead of a traceback.
 
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster import commands, ha_bench, image
-from cluster.backend import BackendError
+from cluster.backends.interface import BackendError
+from cluster.cli import bench, commands, image
 from store import bench as store_bench
 from store import cli as store_cli
 from store.cli_args import UserError
@@ -31,7 +31,7 @@ REGISTER: tuple[Register, ...] = (
     store_bench.register,
     commands.register,
     image.register,
-    ha_bench.register,
+    bench.register,
 )
 
 

@@ -29,8 +29,8 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from cluster.auth import read_token_file
-from cluster.wire import message_to_pb, status_from_pb
+from cluster.node.auth import read_token_file
+from cluster.node.wire import message_to_pb, status_from_pb
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek

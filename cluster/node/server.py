@@ -35,13 +35,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from cluster import consume_service
-from cluster.auth import TokenInterceptor
-from cluster.backend import Role
-from cluster.guards import MalformedRequestInterceptor
-from cluster.repair import grpc_repair_source
-from cluster.send_stream import End, SendSession
-from cluster.wire import message_from_pb, peer_host, result_to_pb
+from cluster.node import consume_service
+from cluster.node.auth import TokenInterceptor
+from cluster.node.guards import MalformedRequestInterceptor
+from cluster.node.repair import grpc_repair_source
+from cluster.node.role import Role
+from cluster.node.send_stream import End, SendSession
+from cluster.node.wire import message_from_pb, peer_host, result_to_pb
 from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
@@ -267,7 +267,7 @@ class Node:
         batch.waiters.append((start, len(batch.messages), on_done))
 
     async def serve_send_stream(self, context: grpc.aio.ServicerContext) -> End | None:
-        """One SendStream call (cluster/send_stream.py); returns the status
+        """One SendStream call (cluster/node/send_stream.py); returns the status
         to end it with (None: OK)."""
         if self._stopping:
             return (grpc.StatusCode.UNAVAILABLE, f"node {self.config.name} is shutting down")

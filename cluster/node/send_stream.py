@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 import grpc
 from google.protobuf.message import DecodeError
 
-from cluster.wire import message_from_pb, result_to_pb
+from cluster.node.wire import message_from_pb, result_to_pb
 from proto import broker_pb2
 from store.record import Message
 from store.status import PutResult, PutStatus

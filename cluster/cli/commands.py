@@ -1,6 +1,6 @@
 """`dlab node`, `dlab send` and `dlab cluster ...`: argument parsing and
-output only; the work is in cluster/node.py, cluster/client.py,
-cluster/sendload.py and cluster/local.py."""
+output only; the work is in cluster/node/server.py, cluster/client/node_client.py,
+cluster/client/sendload.py and cluster/backends/local.py."""
 
 from __future__ import annotations
 
@@ -15,14 +15,8 @@ import shlex
 import sys
 from typing import Any
 
-from cluster.backend import (
-    BackendError,
-    ClusterSpec,
-    NodeInfo,
-    NodeSpec,
-    NodeState,
-    Role,
-)
+from cluster.backends.interface import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.cli_args import (
     UserError,
@@ -122,8 +116,8 @@ def _add_corruption_policy(p: Any) -> None:
 
 
 def node_config_from_args(args: argparse.Namespace) -> Any:
-    from cluster.auth import TokenError, read_token_file
-    from cluster.node import NodeConfig
+    from cluster.node.auth import TokenError, read_token_file
+    from cluster.node.server import NodeConfig
     from ha.config import HAConfig
     from store.config import ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 
@@ -179,7 +173,7 @@ EXIT_REFUSED = 3
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from cluster.node import NodeStartError, serve
+    from cluster.node.server import NodeStartError, serve
     from store.config import NODE_SWITCH_INTERVAL_S
     from store.failpoints import Failpoints, FailpointSpecError
     from store.store import CorruptionRefusedError
@@ -264,8 +258,8 @@ def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: 
     """Where to connect and with which token: with --dir, the cluster's
     master first, then its other nodes, and DIR/token (unless --token-file);
     otherwise the addresses given by `flag`, which need --token-file."""
-    from cluster.auth import TokenError, read_token_file
-    from cluster.client import cluster_target
+    from cluster.client.node_client import cluster_target
+    from cluster.node.auth import TokenError, read_token_file
 
     try:
         if args.dir:
@@ -283,8 +277,8 @@ def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: 
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from cluster.client import AsyncNodeClient
-    from cluster.sendload import format_report, run_load
+    from cluster.client.node_client import AsyncNodeClient
+    from cluster.client.sendload import format_report, run_load
 
     if args.size > 64 << 20:
         raise UserError("--size: at most 64MiB")
@@ -387,7 +381,7 @@ def _check_offset_file(path: str) -> None:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from cluster.consumer import Consumer, ConsumerError, Delivery
+    from cluster.client.consumer import Consumer, ConsumerError, Delivery
 
     if args.mode == "broadcast" and not args.offset_file:
         raise UserError("--mode broadcast keeps offsets in a local file: add --offset-file FILE")
@@ -496,7 +490,7 @@ def _register_cluster(sub: Any) -> None:
 
 def _backend(directory: str, name: str | None = None) -> Any:
     """The named backend, or the one that made the cluster in `directory`."""
-    from cluster.backends import backend_of, open_backend
+    from cluster.backends.registry import backend_of, open_backend
 
     try:
         return open_backend(name, directory) if name else backend_of(directory)
@@ -522,7 +516,7 @@ def _backend_call(args: argparse.Namespace, action: str, *names: str) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from cluster.auth import TokenError, generate_token, read_token_file
+    from cluster.node.auth import TokenError, generate_token, read_token_file
     from store.config import CorruptionPolicy
 
     if not 0 <= args.slaves <= 8:
@@ -608,7 +602,7 @@ def _print_nodes(infos: list[NodeInfo]) -> None:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    from cluster.client import NodeCallError, NodeClient, status_to_dict
+    from cluster.client.node_client import NodeCallError, NodeClient, status_to_dict
 
     backend = _backend(args.dir)
     try:

@@ -1,6 +1,6 @@
 """The local backend: every node a `dlab node` process on this host, bound to
 127.0.0.1, each slave reaching its master through a cuttable TCP proxy
-(cluster/proxy.py) so `partition` is a real network fault.
+(cluster/backends/proxy.py) so `partition` is a real network fault.
 
 Cluster state lives in DIR/cluster.json (written under DIR/cluster.lock), so
 separate CLI invocations — `dlab cluster up` now, `dlab cluster kill master`
@@ -8,7 +8,7 @@ later — act on the same cluster. A process is identified by pid and start
 time, never by pid alone. Nodes and proxies run in their own sessions and
 outlive the command that started them; `down` ends them.
 
-Layout of DIR (see cluster/backend.py): cluster.json, token (0600),
+Layout of DIR (see cluster/backends/interface.py): cluster.json, token (0600),
 nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and
 proxies/NAME.log (the link proxy of slave NAME).
 """
@@ -27,19 +27,19 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster.auth import write_token_file
-from cluster.backend import (
+from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
     ClusterSpec,
     NodeInfo,
     NodeSpec,
     NodeState,
-    Role,
     read_refusal,
 )
-from cluster.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
-from cluster.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from cluster.backends.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
+from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from cluster.node.auth import write_token_file
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy
 
@@ -136,7 +136,7 @@ class LocalBackend(ClusterDir):
         state_file = self._path("proxies", f"{name}.json")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(state_file)
-        cmd = [self.python, "-m", "cluster.proxy", "--listen", f"{HOST}:{p['port']}",
+        cmd = [self.python, "-m", "cluster.backends.proxy", "--listen", f"{HOST}:{p['port']}",
                "--target", p["target"], "--state-file", state_file]
         if p["cut"]:
             cmd.append("--cut")
@@ -240,7 +240,7 @@ class LocalBackend(ClusterDir):
             return self._info(state, name)
 
     def token(self) -> str:
-        from cluster.auth import read_token_file
+        from cluster.node.auth import read_token_file
 
         return read_token_file(self._path("token"))
 

@@ -52,8 +52,8 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
                         request.error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"malformed request to {method}: {request.error}; send the "
-                                "messages defined in proto/broker.proto (cluster/client.py "
-                                "does)")
+                                "messages defined in proto/broker.proto "
+                                "(cluster/client/node_client.py does)")
         return await inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(

@@ -32,7 +32,7 @@ While no target answers, consuming keeps retrying (as RocketMQ's consumer)
 and a failed interval commit waits for the next interval; `idle_exit_s`
 then ends the run with a ConsumerError saying no node answered. A commit
 that reaches a slave lives in the slave's table only until its next sync
-from the master overwrites the group (cluster/consume_service.py).
+from the master overwrites the group (cluster/node/consume_service.py).
 
 When a pull finds nothing, the broker's next offset is adopted: a master
 corrects an offset out of its queue's range (OFFSET_TOO_SMALL,
@@ -58,14 +58,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.client import CHANNEL_OPTIONS
+from cluster.client.node_client import CHANNEL_OPTIONS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.names import queue_id_problem, topic_problem
 from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
-MAX_PULL_BATCH = 1024  # the node refuses more (cluster/consume_service.py)
+MAX_PULL_BATCH = 1024  # the node refuses more (cluster/node/consume_service.py)
 # After a round that reached no node (RocketMQ waits 3 s after a pull
 # exception; shorter here, so a master back is read from soon).
 UNAVAILABLE_RETRY_S = 0.5

@@ -17,14 +17,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy
-
-
-class Role(enum.StrEnum):
-    SYNC_MASTER = "SYNC_MASTER"
-    ASYNC_MASTER = "ASYNC_MASTER"
-    SLAVE = "SLAVE"
 
 
 class NodeState(enum.StrEnum):

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster.client import AsyncNodeClient, SendOutcome, make_message
+from cluster.client.node_client import AsyncNodeClient, SendOutcome, make_message
 
 
 @dataclass
