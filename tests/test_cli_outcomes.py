@@ -231,3 +231,20 @@ def test_report_json_exit_1_and_the_run_outcome_agrees_with_it(
     for v in report["verdicts"]:
         o = run_outcome(v["run_dir"]).to_json()
         assert {k: o[k] for k in keys} == {k: v[k] for k in keys}, v["run_id"]
+
+
+def test_matrix_exit_status_follows_its_runs_violations(tmp_path: str) -> None:
+    """One cell (the trust run's mode and seed), no report: the matrix
+    judges each run from its read-back and exits 1 when one broke a promise."""
+    out = os.path.join(tmp_path, "m")
+    r = dlab("chaos", "matrix", "--scenarios", "master-crash-unflushed", "--roles",
+             "SYNC_MASTER", "--flushes", "ASYNC_FLUSH", "--slave-ahead-policy", "trust",
+             "--producers", "2", "--no-report", "--out", out, timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr
+    (run_dir,) = [os.path.join(out, "runs", d) for d in os.listdir(os.path.join(out, "runs"))]
+    o = run_outcome(run_dir)
+    assert r.returncode == (1 if o.promise_violations else 0), (r.stdout, r.stderr)
+    bad = 1 if o.promise_violations else 0
+    assert r.stdout.strip().splitlines()[-1] == \
+        f"{bad} run{'' if bad == 1 else 's'} with promise violations", r.stdout
+    assert f"{o.promise_violations} promise violation" in r.stdout  # the live line per run
