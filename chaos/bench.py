@@ -284,7 +284,8 @@ def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse.
                    help="operations per run (default: %(default)s)")
     p.add_argument("--workdir", type=writable_dir, default=None,
                    help="where the synthetic results go (default: the system temp dir)")
-    p.add_argument("--spark-master", metavar="URL", default=None)
+    p.add_argument("--spark-master", metavar="URL", default=None,
+                   help="Spark master URL (default: local Spark on every core)")
     p.add_argument("--keep", action="store_true", help="keep the results and the report")
     p.add_argument("--reuse", action="store_true",
                    help="keep the synthetic results in WORKDIR/dlab-bench-pipeline-RUNSxOPS and "

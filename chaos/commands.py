@@ -5,6 +5,7 @@ in beside `dlab report` without touching it."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -25,8 +26,11 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
             "its mode promised, and compare the modes: verdicts.csv, comparison.csv and "
             "timeline.csv (and .parquet), report.md, report.html and plots/ in OUT. "
             "A malformed run is named on stderr and left out; the others are still "
-            "reported (exit status 1 then, 0 when every run was reported)."
+            "reported. Progress goes to stderr."
         ),
+        epilog="exit status: 0 when every run was reported and none broke its mode's "
+        "promise; 1 when some run has promise violations or was left out as malformed; "
+        "2 for bad input (a DIR holding no run, or no run that could be reported).",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a run directory, or a directory holding run directories "
@@ -36,6 +40,9 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--spark-master", metavar="URL", default=None,
                    help="Spark master URL (default: local Spark on every core); on a "
                         "cluster the DIRs must be at the same path on every executor")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (runs, violations, left out, each run's "
+                        "verdict row) and nothing else on stdout")
     p.set_defaults(handler=cmd_report)
 
 
@@ -54,9 +61,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
     bad = int((summary.verdicts["promise_violations"] > 0).sum())
+    exit_status = 1 if bad or summary.problems else 0
+    if args.json:
+        # pandas writes numpy numbers and NaN as JSON (null); read back as plain objects.
+        verdicts = json.loads(summary.verdicts.to_json(orient="records"))
+        print(json.dumps({
+            "runs": summary.runs, "runs_with_violations": bad,
+            "promise_violations": summary.violations,
+            "left_out": [{"run_dir": p.run_dir, "problem": p.message}
+                         for p in summary.problems],
+            "report": os.path.join(args.out, "report.html"), "files": summary.files,
+            "verdicts": verdicts, "exit_status": exit_status,
+        }, sort_keys=True))
+        return exit_status
     runs = f"{summary.runs} run{'' if summary.runs == 1 else 's'}"
     left_out = f"; {len(summary.problems)} left out (named above)" if summary.problems else ""
     print(f"{runs} reported, {bad} with promise violations{left_out}")
     print(f"report: {os.path.join(args.out, 'report.html')} "
           f"(and report.md, comparison.csv, verdicts.csv)")
-    return 1 if summary.problems else 0
+    return exit_status

@@ -14,7 +14,7 @@ from chaos import scenarios
 from chaos.matrix import MatrixConfig, run_matrix
 from chaos.plan import plan_run
 from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, Run, RunConfig
-from chaos.summary import one_line
+from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.workload import WorkloadConfig
 from store.cli_args import UserError, positive_int
 
@@ -42,13 +42,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corruption-policy", choices=CORRUPTION_POLICIES, default="refuse",
                    help="what a node does about corruption of flushed data at recovery: "
                    "refuse to start (default), truncate (RocketMQ) or repair from a replica")
-    p.add_argument("--slaves", type=positive_int, default=1, help="slaves per cluster (1)")
+    p.add_argument("--slaves", type=positive_int, default=1,
+                   help="slaves per cluster (default 1)")
     p.add_argument("--producers", type=positive_int, default=4,
-                   help="concurrent producers (4)")
-    p.add_argument("--rate", type=float, default=None,
-                   help="messages/s per producer (default: as fast as acks come)")
+                   help="concurrent producers (default 4)")
+    p.add_argument("--rate", type=float, default=None, metavar="PER_S",
+                   help="messages per second per producer (default: as fast as acks come)")
     p.add_argument("--retries", type=int, default=0,
-                   help="client retries of a failed send, same message id (0)")
+                   help="client retries of a failed send, same message id (default 0)")
 
 
 def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,13 +91,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
     _results_dir(args.out)
-    print(f"run {cfg.run_id}: {cfg.scenario.description}", flush=True)
-    run_dir = make_run(cfg, log=lambda s: print(s, flush=True)).execute()
-    print(f"results: {run_dir}")
-    return 0
+    # With --json stdout holds the one JSON object; the run's log goes to stderr.
+    log = sys.stderr if args.json else sys.stdout
+    print(f"run {cfg.run_id}: {cfg.scenario.description}", file=log, flush=True)
+    run_dir = make_run(cfg, log=lambda s: print(s, file=log, flush=True)).execute()
+    outcome = run_outcome(run_dir)
+    if args.json:
+        print(json.dumps(outcome.to_json(), sort_keys=True))
+    else:
+        print("faults (seconds since the run started):")
+        print("\n".join(fault_lines(outcome.faults)) or "  none")
+        print(f"outcome: {outcome_line(outcome)}")
+        print(f"results: {run_dir}")
+    return 1 if outcome.promise_violations else 0
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    if args.quick and args.scenarios:
+        raise UserError("--quick and --scenarios both choose the scenarios: give one of them "
+                        f"(--quick is --scenarios {','.join(scenarios.QUICK_MATRIX)})")
     names = args.scenarios or list(
         scenarios.QUICK_MATRIX if args.quick else scenarios.DEFAULT_MATRIX)
     runs = args.runs or 1
@@ -126,10 +139,21 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     bar = tqdm(total=len(cells), unit="run", file=sys.stderr, dynamic_ncols=True)
+    violated: list[str] = []  # runs whose own read-back shows a promise violated
 
     def on_done(i: int, n: int, run_id: str, err: str | None, run_dir: str | None) -> None:
         bar.update(1)
-        line = f"FAILED {err}" if err else one_line(run_dir) if run_dir else "ok"
+        if err or not run_dir:
+            line = f"FAILED {err}"
+        else:
+            try:
+                o = run_outcome(run_dir)
+            except (ValueError, OSError) as exc:  # the report names a malformed run
+                line = f"outcome unreadable ({exc})"
+            else:
+                line = outcome_line(o)
+                if o.promise_violations:
+                    violated.append(run_id)
         bar.write(f"[{i}/{n}] {run_id}: {line}")
 
     outcome = run_matrix(cfg, make_run, on_done=on_done)
@@ -142,17 +166,27 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "matrix.json"), "w", encoding="utf-8") as f:
         json.dump({**summary, "failed_runs": outcome.failed, "backend": args.backend}, f,
                   indent=1)
+    n_violated = len(violated)
     if not args.no_report and outcome.run_dirs:
         from chaos.pipeline import build_report
 
         report_dir = os.path.join(args.out, "report")
-        build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master)
+        report = build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master)
+        # The report's verdict (from the kept stores) is the one of record.
+        n_violated = int((report.verdicts["promise_violations"] > 0).sum())
         print(f"report: {os.path.join(report_dir, 'report.md')} "
               f"(and report.html, comparison.csv, verdicts.csv)")
-    return 1 if outcome.failed and not outcome.run_dirs else 0
+    print(f"{n_violated} run{'' if n_violated == 1 else 's'} with promise violations",
+          flush=True)
+    return 1 if n_violated or outcome.failed else 0
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps([{**asdict(s), "in_default_matrix": s.name in scenarios.DEFAULT_MATRIX,
+                           "in_quick_matrix": s.name in scenarios.QUICK_MATRIX}
+                          for s in scenarios.SCENARIOS.values()], sort_keys=True))
+        return 0
     for s in scenarios.SCENARIOS.values():
         steps = ", ".join(f"{st.action}({st.target})" for st in s.steps)
         fps = "; ".join(f"{fp.name}@{fp.hits[0]}-{fp.hits[1]} on {fp.target}"
@@ -164,11 +198,39 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     try:
-        plan = plan_run(scenarios.get(args.scenario), args.seed)
+        scenario = scenarios.get(args.scenario)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from None
-    print(json.dumps(asdict(plan), sort_keys=True))
+    plan = plan_run(scenario, args.seed)
+    steps: list[dict[str, Any]] = [
+        {"step": i + 1, "action": st.action, "target": st.target, "after_s": d,
+         "at_s": round(sum(plan.step_delays_s[:i + 1]), 3), "window_s": list(st.after_s)}
+        for i, (st, d) in enumerate(zip(scenario.steps, plan.step_delays_s, strict=True))]
+    if args.json:
+        print(json.dumps({**asdict(plan), "steps": steps}, sort_keys=True))
+        return 0
+    print(f"scenario {plan.scenario}, seed {plan.seed}: {scenario.description}")
+    print(f"load runs {scenario.load_s:g} s; AT is seconds after the load starts (each step "
+          "waits AFTER from the end of the one before, so it may come a little later)")
+    print(f"{'STEP':<6}{'AT (s)':>8}{'AFTER (s)':>11}{'WINDOW (s)':>14}  ACTION         TARGET")
+    for st_ in steps:
+        lo, hi = st_["window_s"]
+        window = f"{lo:g}..{hi:g}"
+        print(f"{st_['step']:<6}{st_['at_s']:>8.3f}{st_['after_s']:>11.3f}{window:>14}  "
+              f"{st_['action']:<14} {st_['target']}")
+    for target, spec in sorted(plan.failpoints.items()):
+        print(f"failpoint on {target}: {spec} (name=action@hit: fires on that hit)")
+    print(f"workload seed {plan.workload_seed}, disk fault seed {plan.disk_fault_seed}")
     return 0
+
+
+RUN_EXIT = """exit status: 0 when the run finished and no acknowledged message broke its
+mode's promise; 1 when some did (promise violations in the outcome line);
+2 for bad input (unknown scenario, --out not a writable directory)."""
+
+MATRIX_EXIT = """exit status: 0 when every run finished and none broke a promise; 1 when
+some run broke a promise (by the report's verdicts; by each run's read-back
+with --no-report) or failed to run; 2 for bad input."""
 
 
 def register(sub: Any, bench_sub: Any) -> None:
@@ -182,31 +244,48 @@ def register(sub: Any, bench_sub: Any) -> None:
 
     p = csub.add_parser("run", help="one run: a scenario, a mode, a seed",
                         description="Run one scenario in one mode. The same --seed replays "
-                        "the same fault schedule, failpoint hits and workload.")
+                        "the same fault schedule, failpoint hits and workload. It ends with "
+                        "the faults (seconds since the run started) and one outcome line: "
+                        "acknowledged messages lost on the master, lost everywhere, "
+                        "stranded on rejected slaves, promise violations, how far a slave "
+                        "got ahead, the share of failed puts and whether replication "
+                        "settled. This judges from the run's read-back; `dlab report` is "
+                        "the verdict of record.",
+                        epilog=RUN_EXIT)
     p.add_argument("--scenario", required=True, help="scenario name (see `dlab chaos scenarios`)")
-    p.add_argument("--role", required=True, choices=ROLES)
-    p.add_argument("--flush", required=True, choices=FLUSHES)
-    p.add_argument("--seed", type=int, default=1, help="seed of every random choice (1)")
+    p.add_argument("--role", required=True, choices=ROLES, help="the master's role")
+    p.add_argument("--flush", required=True, choices=FLUSHES, help="every node's flush mode")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of every random choice (default 1)")
     p.add_argument("--out", required=True, help="directory for the run's result directory")
+    p.add_argument("--json", action="store_true",
+                   help="print the outcome as one JSON object and nothing else on stdout "
+                        "(the run's log goes to stderr)")
     _common(p)
     p.set_defaults(handler=cmd_run)
 
     p = csub.add_parser("matrix", help="the four modes x scenarios x runs, then the report",
                         description="Runs every role/flush mode against each scenario "
                         "--runs times (run k of every cell uses seed --seed+k, so modes face "
-                        "the same chaos), then builds the durability report.")
+                        "the same chaos), then builds the durability report.",
+                        epilog=MATRIX_EXIT)
     p.add_argument("--out", required=True, help="results directory (runs/ and report/ inside)")
     p.add_argument("--quick", action="store_true",
-                   help="4 modes x master-crash, master-crash-unflushed, clean-restart, "
-                   "one run each (a first look in a few minutes)")
+                   help=f"a first look: {len(ROLES) * len(FLUSHES)} modes x the "
+                   f"{len(scenarios.QUICK_MATRIX)} scenarios {', '.join(scenarios.QUICK_MATRIX)}"
+                   ", one run per cell unless --runs says more (not with --scenarios)")
     p.add_argument("--scenarios", type=_scenario_list, default=None,
-                   help="comma-separated scenario names (default: all shipped scenarios)")
-    p.add_argument("--runs", type=positive_int, default=None, help="runs per cell (1)")
-    p.add_argument("--seed", type=int, default=1, help="base seed (1)")
+                   help="comma-separated scenario names (default: the "
+                   f"{len(scenarios.DEFAULT_MATRIX)} of the default matrix, "
+                   "see `dlab chaos scenarios`)")
+    p.add_argument("--runs", type=positive_int, default=None,
+                   help="runs per cell (default 1)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="base seed: run k of every cell uses seed+k (default 1)")
     p.add_argument("--roles", type=lambda t: t.split(","), default=list(ROLES),
-                   help="comma-separated roles (both)")
+                   help=f"comma-separated roles (default {','.join(ROLES)})")
     p.add_argument("--flushes", type=lambda t: t.split(","), default=list(FLUSHES),
-                   help="comma-separated flush modes (both)")
+                   help=f"comma-separated flush modes (default {','.join(FLUSHES)})")
     p.add_argument("--corruption-policies", type=lambda t: t.split(","), default=None,
                    help="comma-separated corruption policies to run every cell under (e.g. "
                    "refuse,truncate,repair; default: --corruption-policy)")
@@ -216,12 +295,20 @@ def register(sub: Any, bench_sub: Any) -> None:
     _common(p)
     p.set_defaults(handler=cmd_matrix)
 
-    p = csub.add_parser("scenarios", help="list the shipped scenarios")
+    p = csub.add_parser("scenarios", help="list the shipped scenarios",
+                        description="List every shipped scenario: its steps and failpoints.",
+                        epilog="exit status: 0.")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON array of the scenarios and nothing else")
     p.set_defaults(handler=cmd_scenarios)
 
     p = csub.add_parser("plan", help="print the fault schedule a seed gives a scenario",
                         description="Prints the run plan (step delays, failpoint hits, "
-                        "workload seed) a seed derives, without running anything.")
-    p.add_argument("--scenario", required=True)
-    p.add_argument("--seed", type=int, required=True)
+                        "workload seed) a seed derives, without running anything: a "
+                        "table of the steps, or --json.",
+                        epilog="exit status: 0; 2 for an unknown scenario.")
+    p.add_argument("--scenario", required=True, help="scenario name (see `dlab chaos scenarios`)")
+    p.add_argument("--seed", type=int, required=True, help="the seed a run would be given")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan as one JSON object and nothing else")
     p.set_defaults(handler=cmd_plan)

@@ -335,9 +335,12 @@ def register(sub: Any, bench_sub: Any) -> None:
         description="64 concurrent producers put under SYNC_FLUSH (group commit) for "
         "--seconds; the baseline writes one record and fsyncs, per put, for as long. "
         "Goal: ratio >= 20.")
-    p.add_argument("--producers", type=positive_int, default=64)
-    p.add_argument("--seconds", type=positive_float, default=5.0)
-    p.add_argument("--body-size", type=body_size, default=1024)
+    p.add_argument("--producers", type=positive_int, default=64,
+                   help="concurrent producers (default 64)")
+    p.add_argument("--seconds", type=positive_float, default=5.0,
+                   help="how long each side runs, in seconds (default 5)")
+    p.add_argument("--body-size", type=body_size, default=1024,
+                   help="body bytes (default 1024)")
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_group_commit(a.producers, a.seconds, a.body_size, w),
         "group commit", a))
@@ -349,6 +352,7 @@ def register(sub: Any, bench_sub: Any) -> None:
         "checkpoint (so recovery checks everything), times the recovery, then times "
         "reading the same files and CRC-checking every record body. Goal: ratio <= 1.5.")
     p.add_argument("--mib", type=positive_int, default=1024, help="store size, MiB (default 1024)")
-    p.add_argument("--body-size", type=body_size, default=1024)
+    p.add_argument("--body-size", type=body_size, default=1024,
+                   help="body bytes (default 1024)")
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_recovery(a.mib, a.body_size, w), "abnormal recovery", a))

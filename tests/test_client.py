@@ -108,16 +108,17 @@ def test_status_dict_has_positions_policies_and_links(cluster: tuple[LocalBacken
 
 def test_dlab_send_prints_counts_and_percentiles(cluster: tuple[LocalBackend, str]) -> None:
     b, _ = cluster
-    r = subprocess.run([sys.executable, "-m", "cluster.cli", "send", "--dir", b.directory or "",
-                        "--count", "60", "--size", "512", "--concurrency", "4",
-                        "--rate", "300", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    send = [sys.executable, "-m", "cluster.cli", "send", "--dir", b.directory or "",
+            "--count", "60", "--size", "512", "--concurrency", "4", "--rate", "300"]
+    r = subprocess.run(send, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("sent 60 of 60 messages of 512 bytes")
     assert any(line.startswith("PUT_OK") and " 60 " in f" {line} " for line in lines)
     assert "p99 ms" in lines[1]
-    summary = json.loads(lines[-1])
+    r = subprocess.run([*send, "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)  # the whole of stdout: nothing but the JSON
     assert summary["counts"] == {"PUT_OK": 60}
     assert summary["elapsed_s"] >= 59 / 300  # paced by --rate
     assert set(summary["latency_ms"]["all"]) == {"p50", "p90", "p99", "max"}
@@ -139,9 +140,14 @@ def test_dlab_send_bad_arguments_are_named(cluster: tuple[LocalBackend, str],
 
 
 def test_dlab_send_to_without_a_token_file_says_so(tmp_path: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "send", "--target", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--target needs --token-file" in r.stderr
+    # --to, the old name, still works and says it is deprecated.
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "send", "--to", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--to needs --token-file" in r.stderr
+    assert r.returncode == 2 and "--target needs --token-file" in r.stderr
+    assert "--to is deprecated: use --target" in r.stderr
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "send", "--dir",
                         os.path.join(tmp_path, "none")], capture_output=True, text=True,
                        timeout=60)

@@ -261,7 +261,10 @@ def test_cluster_on_a_full_disk_answers_names_it_and_recovers(tmp_path: Path) ->
         try:
             sent = _dlab("send", "--dir", d, "--count", "20", "--concurrency", "4",
                          "--timeout", "20")
-            assert sent.returncode == 0, sent.stderr
+            # No message stored: exit status 1, the reason on stderr.
+            assert sent.returncode == 1, sent.stderr
+            assert "no message was stored" in sent.stderr, sent.stderr
+            assert "SERVICE_NOT_AVAILABLE x20 (disk full: " in sent.stderr, sent.stderr
             assert "SERVICE_NOT_AVAILABLE       20" in sent.stdout, sent.stdout
             assert "INDETERMINATE" not in sent.stdout, sent.stdout
             assert "SERVICE_NOT_AVAILABLE: disk full: " in sent.stdout, sent.stdout

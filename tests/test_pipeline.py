@@ -486,7 +486,8 @@ def test_dlab_report_cli(spark: Any, tmp_path: Any,  # noqa: F811
     make_run(b, "two", role="ASYNC_MASTER", flush="ASYNC_FLUSH", history=LOSS_HISTORY,
              records={"m": THREE, "s": THREE})
     out = str(tmp_path / "out")
-    assert cli.main(["report", a, b, "--out", out]) == 0
+    # Run "one" (SYNC_MASTER + SYNC_FLUSH) breaks its promise: exit status 1.
+    assert cli.main(["report", a, b, "--out", out]) == 1
     comparison = pd.read_csv(os.path.join(out, "comparison.csv"))
     assert comparison[["role", "flush", "runs", "promise_violations"]].values.tolist() == [
         ["ASYNC_MASTER", "ASYNC_FLUSH", 1, 0], ["SYNC_MASTER", "SYNC_FLUSH", 1, 1]]

@@ -81,8 +81,10 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="puts with one client (default 2000)")
     p.add_argument("--count-64", type=positive_int, default=20000,
                    help="puts with the concurrent clients (default 20000)")
-    p.add_argument("--clients", type=positive_int, default=64)
-    p.add_argument("--body-size", type=parse_size, default=1024)
+    p.add_argument("--clients", type=positive_int, default=64,
+                   help="concurrent clients of the second phase (default 64)")
+    p.add_argument("--body-size", type=parse_size, default=1024,
+                   help="body size: bytes or with a unit, e.g. 4KiB (default 1024 bytes)")
     p.add_argument("--max-seconds", type=positive_int, default=60,
                    help="bound on each load phase (default 60)")
     p.set_defaults(handler=lambda a: _run(

@@ -57,9 +57,14 @@ def _register_node(sub: Any) -> None:
         "down cleanly (flush, remove `abort`); SIGKILL is a crash under --crash-model.",
     )
     p.add_argument("--name", required=True, help="node name (letters, digits, - _)")
-    p.add_argument("--role", required=True, choices=[r.value for r in Role])
-    p.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
-    p.add_argument("--crash-model", default="power", choices=["power", "process"])
+    p.add_argument("--role", required=True, choices=[r.value for r in Role],
+                   help="a master's role (SYNC_MASTER acks after a slave received the "
+                   "message, ASYNC_MASTER at once), or SLAVE")
+    p.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+                   help="SYNC_FLUSH acks after the fsync (default ASYNC_FLUSH)")
+    p.add_argument("--crash-model", default="power", choices=["power", "process"],
+                   help="what a SIGKILL loses: power, unflushed bytes as in a power cut; "
+                   "process, nothing the OS holds (default power)")
     p.add_argument("--segment-size", type=parse_size, default=64 << 20,
                    help="CommitLog segment size (default 64MiB)")
     p.add_argument("--max-message-size", type=parse_size, default=4 << 20,
@@ -70,9 +75,14 @@ def _register_node(sub: Any) -> None:
     p.add_argument("--token-file", required=True, help="file holding the cluster token")
     p.add_argument("--master", type=address, help="a slave's master address (HOST:PORT)")
     p.add_argument("--slave-ahead-policy", default="reject",
-                   choices=[x.value for x in SlaveAheadPolicy])
-    p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
-    p.add_argument("--failpoints", default="", help="name=crash|delay:MS@N,...")
+                   choices=[x.value for x in SlaveAheadPolicy],
+                   help="what a master does with a slave that reports more than it has "
+                   "(default reject, RocketMQ 4.9.3+)")
+    p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit],
+                   help="ship bytes up to the master's written or flushed position "
+                   "(default wrote)")
+    p.add_argument("--failpoints", default="",
+                   help="name=crash|delay:MS@N,... (default: none armed)")
     _add_corruption_policy(p)
     p.add_argument("--repair-from", action="append", type=address, default=[],
                    metavar="HOST:PORT",
@@ -81,19 +91,32 @@ def _register_node(sub: Any) -> None:
     p.add_argument("--refusal-file", metavar="FILE",
                    help="if the node refuses to start (corruption of flushed data), write why "
                         "to FILE (removed at each start); cluster backends read it")
-    g = p.add_argument_group("timing (defaults follow RocketMQ)")
-    g.add_argument("--flush-interval-ms", type=positive_int, default=500)
-    g.add_argument("--flush-thorough-interval-ms", type=positive_int, default=10_000)
-    g.add_argument("--flush-least-pages", type=int, default=4)
-    g.add_argument("--sync-flush-timeout-ms", type=positive_int, default=5_000)
-    g.add_argument("--slave-timeout-ms", type=positive_int, default=3_000)
-    g.add_argument("--ha-max-gap-bytes", type=parse_size, default=256 << 20)
-    g.add_argument("--ha-batch-bytes", type=parse_size, default=1 << 20)
-    g.add_argument("--ha-window-bytes", type=parse_size, default=8 << 20)
-    g.add_argument("--ha-heartbeat-ms", type=positive_int, default=5_000)
-    g.add_argument("--ha-housekeeping-ms", type=positive_int, default=20_000)
-    g.add_argument("--ha-reconnect-min-ms", type=positive_int, default=100)
-    g.add_argument("--ha-reconnect-max-ms", type=positive_int, default=5_000)
+    g = p.add_argument_group("timing (defaults follow RocketMQ; sizes take a unit, e.g. 1MiB)")
+    g.add_argument("--flush-interval-ms", type=positive_int, default=500,
+                   help="ASYNC_FLUSH: the flusher's longest wait, ms (default 500)")
+    g.add_argument("--flush-thorough-interval-ms", type=positive_int, default=10_000,
+                   help="flush whatever is dirty at least this often, ms (default 10000)")
+    g.add_argument("--flush-least-pages", type=int, default=4,
+                   help="ASYNC_FLUSH: flush only once this many 4 KiB pages are dirty "
+                   "(default 4)")
+    g.add_argument("--sync-flush-timeout-ms", type=positive_int, default=5_000,
+                   help="SYNC_FLUSH: a put waits this long for its fsync, ms (default 5000)")
+    g.add_argument("--slave-timeout-ms", type=positive_int, default=3_000,
+                   help="SYNC_MASTER: a put waits this long for a slave, ms (default 3000)")
+    g.add_argument("--ha-max-gap-bytes", type=parse_size, default=256 << 20,
+                   help="a slave further behind than this is not in sync (default 256MiB)")
+    g.add_argument("--ha-batch-bytes", type=parse_size, default=1 << 20,
+                   help="largest range shipped at once (default 1MiB)")
+    g.add_argument("--ha-window-bytes", type=parse_size, default=8 << 20,
+                   help="bytes shipped but not yet acked by the slave (default 8MiB)")
+    g.add_argument("--ha-heartbeat-ms", type=positive_int, default=5_000,
+                   help="a slave reports its offset at least this often, ms (default 5000)")
+    g.add_argument("--ha-housekeeping-ms", type=positive_int, default=20_000,
+                   help="a link silent this long is closed, ms (default 20000)")
+    g.add_argument("--ha-reconnect-min-ms", type=positive_int, default=100,
+                   help="a slave's first reconnect delay, ms (default 100)")
+    g.add_argument("--ha-reconnect-max-ms", type=positive_int, default=5_000,
+                   help="a slave's longest reconnect delay, ms (default 5000)")
     g.add_argument("--consume-queue-flush-ms", type=positive_int, default=1_000,
                    help="how often the consume queues are flushed (default 1000)")
     g.add_argument("--consumer-offset-persist-ms", type=positive_int, default=5_000,
@@ -102,7 +125,8 @@ def _register_node(sub: Any) -> None:
     g.add_argument("--consumer-offset-sync-ms", type=positive_int, default=10_000,
                    help="how often a slave copies its master's offset table (default 10000)")
     p.add_argument("--log-file", help="also append the log to this file")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"],
+                   help="log messages at this level and above (default INFO)")
     p.set_defaults(handler=cmd_node)
 
 
@@ -230,26 +254,40 @@ def _setup_logging(name: str, level: str, log_file: str | None) -> None:
 def _register_send(sub: Any) -> None:
     p = sub.add_parser(
         "send", help="send messages to a node and report statuses and latencies",
-        description="Send messages and print per-status counts and latency percentiles. "
-        "A call that failed or timed out counts as INDETERMINATE (maybe stored), never lost.",
+        description="Send messages and print per-status counts and latency percentiles, "
+        "and what the node said for each refusing status. A call that failed or timed out "
+        "counts as INDETERMINATE (maybe stored), never lost.",
+        epilog="exit status: 0 when at least one message was stored (PUT_OK); 1 when none "
+        "was (every put refused or failed: the statuses and the node's reason are on "
+        "stderr); 2 for bad input or a token the node refused.",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
                                      "(sends to its master, token from DIR/token)")
-    where.add_argument("--to", type=address, help="a node's HOST:PORT (needs --token-file)")
+    where.add_argument("--target", type=address, metavar="HOST:PORT",
+                       help="a node's address (needs --token-file)")
+    # The old name of --target (`dlab consume` says --target too).
+    where.add_argument("--to", type=address, dest="to_deprecated", help=argparse.SUPPRESS)
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
-    p.add_argument("--count", type=positive_int, default=1000)
-    p.add_argument("--size", type=parse_size, default=1024, help="body bytes (default 1024)")
-    p.add_argument("--rate", type=non_negative_float, default=0.0,
-                   help="messages per second in total (0 = as fast as possible)")
-    p.add_argument("--concurrency", type=positive_int, default=1)
-    p.add_argument("--topic", type=topic_name, default="dlab-load")
-    p.add_argument("--timeout", type=non_negative_float, default=10.0,
-                   help="per-call deadline in seconds")
+    p.add_argument("--count", type=positive_int, default=1000,
+                   help="messages to send (default 1000)")
+    p.add_argument("--size", type=parse_size, default=1024,
+                   help="body size: bytes or with a unit, e.g. 4KiB (default 1024 bytes)")
+    p.add_argument("--rate", type=non_negative_float, default=0.0, metavar="PER_S",
+                   help="messages per second in total (default 0: as fast as possible)")
+    p.add_argument("--concurrency", type=positive_int, default=1,
+                   help="calls in flight at once (default 1)")
+    p.add_argument("--topic", type=topic_name, default="dlab-load",
+                   help="topic name (default dlab-load)")
+    p.add_argument("--timeout", type=non_negative_float, default=10.0, metavar="SECONDS",
+                   help="per-call deadline in seconds (default 10)")
     p.add_argument("--max-seconds", type=non_negative_float, default=300.0,
-                   help="stop after this long whatever --count says")
-    p.add_argument("--seed", type=int, default=0, help="seeds bodies and message ids")
-    p.add_argument("--json", action="store_true", help="also print a JSON summary line")
+                   help="stop after this many seconds whatever --count says (default 300)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds bodies and message ids (default 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the table, and nothing else on "
+                        "stdout")
     p.set_defaults(handler=cmd_send)
 
 
@@ -282,7 +320,11 @@ def cmd_send(args: argparse.Namespace) -> int:
 
     if args.size > 64 << 20:
         raise UserError("--size: at most 64MiB")
-    (addr, *_), token = _targets_and_token(args, [args.to] if args.to else None, "--to")
+    if args.to_deprecated:
+        print("dlab send: --to is deprecated: use --target (as `dlab consume` does)",
+              file=sys.stderr)
+    given = args.target or args.to_deprecated
+    (addr, *_), token = _targets_and_token(args, [given] if given else None, "--target")
 
     async def go() -> Any:
         async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0) as c:
@@ -293,15 +335,22 @@ def cmd_send(args: argparse.Namespace) -> int:
                                   rng=random.Random(args.seed))
 
     report = asyncio.run(go())
-    print(format_report(report))
     if args.json:
         print(json.dumps(report.summary(), sort_keys=True))
+    else:
+        print(format_report(report))
     counts = report.counts()
     auth = [o for o in report.outcomes if o.indeterminate and "UNAUTHENTICATED" in o.detail]
     if auth:
         print(f"dlab: error: the node refused the token: {auth[0].detail}", file=sys.stderr)
         return 2
-    return 0 if counts.get("INDETERMINATE", 0) < len(report.outcomes) else 1
+    if counts.get("PUT_OK", 0):
+        return 0
+    reasons = report.details()
+    print(f"dlab send: no message was stored (no PUT_OK of {len(report.outcomes)}): " + "; ".join(
+        f"{status} x{n}" + (f" ({reasons[status]})" if reasons.get(status) else "")
+        for status, n in sorted(counts.items())), file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------- consume
@@ -348,9 +397,10 @@ examples:
                             "--token-file)")
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
     p.add_argument("--group", required=True, help="the consumer group")
-    p.add_argument("--topic", type=topic_name, required=True)
+    p.add_argument("--topic", type=topic_name, required=True, help="the topic to consume")
     p.add_argument("--mode", choices=["cluster", "broadcast"], default="cluster",
-                   help="where offsets live: the broker (cluster) or --offset-file (broadcast)")
+                   help="where offsets live: the broker (cluster, the default) or "
+                   "--offset-file (broadcast)")
     p.add_argument("--offset-file", help="broadcast mode's local offset file")
     p.add_argument("--commit-interval-ms", type=positive_int, default=5_000,
                    help="how often offsets are committed (default 5000, RocketMQ's)")
@@ -429,37 +479,64 @@ def _register_cluster(sub: Any) -> None:
                        "behind a cuttable link proxy) and inject faults into them.")
     csub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
 
-    up = csub.add_parser("up", help="start a master and slaves in DIR")
-    up.add_argument("--dir", required=True)
+    up = csub.add_parser(
+        "up", help="start a master and slaves in DIR",
+        description="Start a master and --slaves slaves in DIR (each slave replicating "
+        "through a link proxy `cluster partition` can cut), wait until every node answers, "
+        "and print each node's name, role, address, state and pid. The token is written "
+        "to DIR/token; later commands find the cluster by --dir.",
+        epilog="exit status: 0 when every node is up; 2 for bad input, a cluster already "
+        "up in DIR, or a node that did not start in --timeout (its log is named).")
+    up.add_argument("--dir", required=True, help="the cluster's directory (made if missing)")
     up.add_argument("--backend", choices=["local", "compose"], default="local",
                     help="local processes (default) or docker-compose containers (builds "
                     "the node image offline on first use); later commands on DIR use the "
                     "backend that started it")
-    up.add_argument("--role", default="SYNC_MASTER", choices=["SYNC_MASTER", "ASYNC_MASTER"])
-    up.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    up.add_argument("--role", default="SYNC_MASTER", choices=["SYNC_MASTER", "ASYNC_MASTER"],
+                    help="the master's role: SYNC_MASTER acks after a slave received the "
+                    "message, ASYNC_MASTER at once (default SYNC_MASTER)")
+    up.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+                    help="the master's flush mode: SYNC_FLUSH acks after the fsync "
+                    "(default ASYNC_FLUSH)")
     up.add_argument("--slave-flush", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
                     help="slaves' flush mode (default: the master's)")
     up.add_argument("--slaves", type=int, default=1, help="number of slaves (0-8, default 1)")
-    up.add_argument("--crash-model", default="power", choices=["power", "process"])
+    up.add_argument("--crash-model", default="power", choices=["power", "process"],
+                    help="what `cluster kill` loses: power, unflushed bytes as in a power "
+                    "cut; process, nothing the OS holds (default power)")
     up.add_argument("--slave-ahead-policy", default="reject",
-                    choices=[x.value for x in SlaveAheadPolicy])
-    up.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
-    up.add_argument("--segment-size", type=parse_size, default=64 << 20)
+                    choices=[x.value for x in SlaveAheadPolicy],
+                    help="what a master does with a slave that reports more than it has "
+                    "(default reject, RocketMQ 4.9.3+)")
+    up.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit],
+                    help="ship bytes up to the master's written or flushed position "
+                    "(default wrote)")
+    up.add_argument("--segment-size", type=parse_size, default=64 << 20,
+                    help="CommitLog segment size: bytes or with a unit, e.g. 256KiB "
+                    "(default 64MiB)")
     _add_corruption_policy(up)
     up.add_argument("--token-file", help="use this token instead of generating one")
     up.add_argument("--node-args", default="",
                     help="extra `dlab node` options for every node, e.g. "
-                         "'--slave-timeout-ms 1000 --ha-heartbeat-ms 500'")
-    up.add_argument("--timeout", type=non_negative_float, default=60.0)
+                         "'--slave-timeout-ms 1000 --ha-heartbeat-ms 500' (default: none)")
+    up.add_argument("--timeout", type=non_negative_float, default=60.0, metavar="SECONDS",
+                    help="how long to wait for every node to answer, in seconds (default 60)")
     up.set_defaults(handler=cmd_cluster_up)
 
-    st = csub.add_parser("status", help="nodes, states, positions and HA links")
-    st.add_argument("--dir", required=True)
-    st.add_argument("--json", action="store_true")
+    st = csub.add_parser(
+        "status", help="nodes, states, positions and HA links",
+        description="Each node's state, written and flushed positions, replication links "
+        "and consume side, asked of the node itself.",
+        epilog="exit status: 0 when every node is running and answered; 1 when some node "
+        "is down (stopped, killed, paused) or did not answer (named on stderr); 2 for bad "
+        "input or no cluster in DIR.")
+    st.add_argument("--dir", required=True, help="the cluster's directory")
+    st.add_argument("--json", action="store_true",
+                    help="print one JSON array (a row per node) and nothing else")
     st.set_defaults(handler=cmd_cluster_status)
 
     down = csub.add_parser("down", help="stop every node and proxy (keeps data and logs)")
-    down.add_argument("--dir", required=True)
+    down.add_argument("--dir", required=True, help="the cluster's directory")
     down.set_defaults(handler=lambda a: _backend_call(a, "down"))
 
     for action, help_text in (
@@ -472,7 +549,7 @@ def _register_cluster(sub: Any) -> None:
     ):
         a = csub.add_parser(action, help=help_text)
         a.add_argument("node")
-        a.add_argument("--dir", required=True)
+        a.add_argument("--dir", required=True, help="the cluster's directory")
         if action in ("start", "restart"):
             a.add_argument("--corruption-policy", choices=["refuse", "truncate", "repair"],
                            help="change the node's corruption policy from this start on "
@@ -483,7 +560,7 @@ def _register_cluster(sub: Any) -> None:
         a = csub.add_parser(action, help=help_text)
         a.add_argument("a")
         a.add_argument("b")
-        a.add_argument("--dir", required=True)
+        a.add_argument("--dir", required=True, help="the cluster's directory")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.a,
                                                                          args.b))
 
@@ -621,9 +698,14 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             except NodeCallError as exc:
                 row["status_error"] = str(exc)
         rows.append(row)
+    down = [f"{r['name']} is {r['state']}" if r["state"] != NodeState.RUNNING.value
+            else f"{r['name']} did not answer ({r['status_error']})"
+            for r in rows if r["state"] != NodeState.RUNNING.value or "status_error" in r]
+    for line in down:
+        print(f"dlab cluster status: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
-        return 0
+        return 1 if down else 0
     print(f"{'NAME':<10}{'ROLE':<14}{'ADDRESS':<22}{'STATE':<10}{'WROTE':>14}{'FLUSHED':>14}"
           "  LINK")
     for r in rows:
@@ -656,7 +738,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
                      if rec["corruption_action"] == "truncated" else ""))
         if r.get("status_error"):
             print(f"  status unavailable: {r['status_error']}")
-    return 0
+    return 1 if down else 0
 
 
 def consume_summary(st: dict[str, Any], *, max_items: int = 6) -> str:

@@ -39,6 +39,14 @@ class LoadReport:
             v.sort()
         return by
 
+    def details(self) -> dict[str, str]:
+        """Per status, the first thing a node said with it (why it refused)."""
+        out: dict[str, str] = {}
+        for o in self.outcomes:
+            if o.detail and o.status != "PUT_OK":
+                out.setdefault(o.status, o.detail)
+        return out
+
     def summary(self) -> dict[str, object]:
         lat = self.latencies_ms()
         sent = len(self.outcomes)
@@ -49,6 +57,7 @@ class LoadReport:
             "throughput_per_s": round(sent / self.elapsed_s, 1) if self.elapsed_s else 0.0,
             "stopped_by_time": self.stopped_by_time,
             "counts": dict(self.counts()),
+            "details": self.details(),
             "latency_ms": {k: {"p50": percentile(v, 50), "p90": percentile(v, 90),
                                "p99": percentile(v, 99), "max": v[-1] if v else 0.0}
                            for k, v in lat.items()},
