@@ -44,6 +44,7 @@ class NodeSpec:
     slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
     ha_ship_limit: ShipLimit = ShipLimit.WROTE
     failpoints: str = ""
+    emulate: tuple[str, ...] = ()  # known RocketMQ bugs re-introduced (store/emulate.py)
     # The consume side's timings; None leaves the node's default (RocketMQ's:
     # the offset table persisted every 5 s, a slave's copy synced every 10 s).
     consumer_offset_persist_interval_ms: int | None = None
@@ -70,6 +71,8 @@ class NodeSpec:
             args += ["--master", master]
         if self.failpoints:
             args += ["--failpoints", self.failpoints]
+        for bug in self.emulate:
+            args += ["--emulate", bug]
         if self.consumer_offset_persist_interval_ms is not None:
             args += ["--consumer-offset-persist-ms", str(self.consumer_offset_persist_interval_ms)]
         if self.consumer_offset_sync_interval_ms is not None:

@@ -78,6 +78,9 @@ def _register_node(sub: Any) -> None:
                    choices=[x.value for x in SlaveAheadPolicy])
     p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit])
     p.add_argument("--failpoints", default="", help="name=crash|delay:MS@N,...")
+    p.add_argument("--emulate", action="append", default=[], metavar="BUG",
+                   help="re-introduce a known RocketMQ bug on purpose (repeatable or "
+                        "comma-separated; see `dlab chaos bugs`)")
     g = p.add_argument_group("timing (defaults follow RocketMQ)")
     g.add_argument("--flush-interval-ms", type=positive_int, default=500)
     g.add_argument("--flush-thorough-interval-ms", type=positive_int, default=10_000)
@@ -113,7 +116,8 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         token = read_token_file(args.token_file)
     except TokenError as exc:
         raise UserError(str(exc)) from None
-    store = StoreConfig(
+    emulate = emulate_arg(args.emulate)
+    store = StoreConfig(emulate=emulate,
         segment_size_bytes=args.segment_size, max_message_size_bytes=args.max_message_size,
         flush_mode=FlushMode(args.flush), crash_model=CrashModel(args.crash_model),
         flush_interval_ms=args.flush_interval_ms,
@@ -124,7 +128,7 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         consumer_offset_persist_interval_ms=args.consumer_offset_persist_ms,
     )
     ha = HAConfig(
-        slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
+        emulate=emulate, slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ship_limit=ShipLimit(args.ha_ship_limit), batch_bytes=args.ha_batch_bytes,
         window_bytes=args.ha_window_bytes, heartbeat_interval_ms=args.ha_heartbeat_ms,
         housekeeping_interval_ms=args.ha_housekeeping_ms,
@@ -139,6 +143,16 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
                           ).validate()
     except ConfigError as exc:
         raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
+
+
+def emulate_arg(values: list[str]) -> frozenset[str]:
+    """--emulate values as bug ids; a usage error names the known ones."""
+    from store.emulate import EmulateError, parse
+
+    try:
+        return parse(values)
+    except EmulateError as exc:
+        raise UserError(str(exc)) from None
 
 
 # Config fields whose `dlab node` option is not simply the field's name.
@@ -417,6 +431,9 @@ def _register_cluster(sub: Any) -> None:
                     help="extra `dlab node` options for every node, e.g. "
                          "'--slave-timeout-ms 1000 --ha-heartbeat-ms 500'")
     up.add_argument("--timeout", type=non_negative_float, default=60.0)
+    up.add_argument("--emulate", action="append", default=[], metavar="BUG",
+                    help="every node re-introduces this known RocketMQ bug (repeatable; "
+                         "see `dlab chaos bugs`)")
     up.set_defaults(handler=cmd_cluster_up)
 
     st = csub.add_parser("status", help="nodes, states, positions and HA links")
@@ -488,6 +505,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     except TokenError as exc:
         raise UserError(str(exc)) from None
     common: dict[str, Any] = dict(
+        emulate=tuple(sorted(emulate_arg(args.emulate))),
         crash_model=args.crash_model, segment_size_bytes=args.segment_size,
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ha_ship_limit=ShipLimit(args.ha_ship_limit), extra_args=extra,

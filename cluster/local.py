@@ -52,6 +52,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     d["slave_ahead_policy"] = SlaveAheadPolicy(d["slave_ahead_policy"])
     d["ha_ship_limit"] = ShipLimit(d["ha_ship_limit"])
     d["extra_args"] = tuple(d.get("extra_args", ()))
+    d["emulate"] = tuple(d.get("emulate", ()))
     return NodeSpec(**d)
 
 

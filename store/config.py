@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from store.emulate import SWITCHES
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
@@ -78,6 +80,9 @@ class StoreConfig:
     # something fails over to it: its next writes reuse those pages instead
     # of taking fresh memory (CommitLog._drop_pages says why that matters).
     drop_flushed_pages: bool = False
+    # Known RocketMQ bugs re-introduced on purpose (store/emulate.py); empty:
+    # the fixed behaviour.
+    emulate: frozenset[str] = frozenset()
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:
@@ -115,6 +120,9 @@ class StoreConfig:
         need(self.max_unflushed_bytes >= 0, "max_unflushed_bytes must be 0 (no bound) or more")
         need(isinstance(self.flush_mode, FlushMode), "flush_mode must be a FlushMode")
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
+        unknown = sorted(set(self.emulate) - set(SWITCHES))
+        need(not unknown, f"emulate: unknown bug(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(sorted(SWITCHES))}")
         return self
 
     def with_(self, **changes: object) -> StoreConfig:
