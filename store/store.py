@@ -883,6 +883,11 @@ class MessageStore:
                 problem = problem or f"persisting the consumer offsets failed: {exc}"
         except StoreFailedError as exc:
             problem = f"the CommitLog could not be flushed: {exc}"
+        except CorruptRecordError as exc:
+            # The dispatch read a bad record below `wrote` (the log lost bytes
+            # it counted flushed: --emulate rmq-2706): keep `abort`, so the
+            # next open runs the full recovery.
+            problem = f"the CommitLog holds a bad record: {exc}"
         except OSError as exc:
             problem = f"closing failed: {exc}"
         finally:
