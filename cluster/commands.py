@@ -112,11 +112,11 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
     from ha.config import HAConfig
     from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
 
+    emulate = emulate_arg(args.emulate)
     try:
         token = read_token_file(args.token_file)
     except TokenError as exc:
         raise UserError(str(exc)) from None
-    emulate = emulate_arg(args.emulate)
     store = StoreConfig(emulate=emulate,
         segment_size_bytes=args.segment_size, max_message_size_bytes=args.max_message_size,
         flush_mode=FlushMode(args.flush), crash_model=CrashModel(args.crash_model),
