@@ -298,8 +298,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 link.connected_since_ms = self.clock.wall_ms()
             link.state, link.detail = "connected", ""
             if stream.session.ahead_trusted and decision.acked > self.log.wrote:
+                why = ("--emulate rmq-3349" if RMQ_3349 in self.config.emulate
+                       else "slave_ahead_policy=trust")
                 link.detail = (f"slave ahead of the master by {decision.acked - self.log.wrote} "
-                               "bytes, trusted (slave_ahead_policy=trust)")
+                               f"bytes, trusted ({why})")
                 log.warning("slave %s: %s", stream.session.slave, link.detail)
             if RMQ_3349 in self.config.emulate:
                 self._push2slave_max = max(self._push2slave_max or 0, decision.acked)
