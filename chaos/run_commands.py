@@ -50,6 +50,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="messages per second per producer (default: as fast as acks come)")
     p.add_argument("--retries", type=int, default=0,
                    help="client retries of a failed send, same message id (default 0)")
+    p.add_argument("--emulate", action="append", default=[], metavar="BUG",
+                   help="every node re-introduces this known RocketMQ bug (repeatable; "
+                        "see `dlab chaos bugs`)")
 
 
 def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -57,9 +60,19 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "backend": args.backend, "crash_model": args.crash_model,
         "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
         "corruption_policy": args.corruption_policy, "slaves": args.slaves,
+        "emulate": _emulate(args.emulate),
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
+
+
+def _emulate(values: list[str]) -> tuple[str, ...]:
+    from store.emulate import EmulateError, parse
+
+    try:
+        return tuple(sorted(parse(values)))
+    except EmulateError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _results_dir(path: str) -> None:
@@ -181,6 +194,62 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 1 if n_violated or outcome.failed else 0
 
 
+def cmd_bugs(args: argparse.Namespace) -> int:
+    """List the known-bug corpus; with --check, run each bug's scenario with
+    and without its switch and report the catch rate and false positives."""
+    from chaos import bugs
+
+    try:
+        chosen = [bugs.get(b) for b in args.bug] if args.bug else list(bugs.CORPUS)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    if not args.check:
+        if args.json:
+            print(json.dumps([b.as_dict() for b in chosen], indent=1))
+            return 0
+        for b in chosen:
+            print(f"{b.id}  {b.thread}: {b.title}")
+            print(f"  re-introduces: {b.reintroduces}")
+            print(f"  real fix:      {b.real_fix}")
+            tuning = f", master {' '.join(b.master_args)}" if b.master_args else ""
+            print(f"  scenario:      {b.scenario} ({b.role} + {b.flush}, ship limit "
+                  f"{b.ha_ship_limit}{tuning})")
+            print(f"  expected:      {b.verdict} ({b.expected} > 0 with the switch, 0 without)")
+        return 0
+    if not args.out:
+        raise UserError("--check needs --out DIR (where the runs go)")
+    _results_dir(args.out)
+    seeds = [args.seed + k for k in range(args.runs)]
+    base = {"backend": args.backend, "crash_model": args.crash_model}
+
+    def run(fields: dict[str, Any]) -> str:
+        return make_run(RunConfig(**base, **fields).validate()).execute()
+
+    def on_run(r: bugs.CheckRun) -> None:
+        side = "with   " if r.emulated else "without"
+        what = r.error or ", ".join(f"{k}={v}" for k, v in r.figures.items())
+        print(f"  {r.bug} {side} seed {r.seed}: {what}", flush=True)
+
+    checks = []
+    for b in chosen:
+        print(f"{b.id}: {b.scenario}, {len(seeds)} seeds with and without the switch",
+              flush=True)
+        checks.append(bugs.check_bug(b, seeds, args.out, run, on_run))
+    rows = [{"bug": c.bug.id, "scenario": c.bug.scenario, "expected": c.bug.expected,
+             "caught": c.caught, "with_switch": c.with_switch,
+             "false_positives": c.false_positives, "without_switch": c.without_switch,
+             "failed_runs": c.failed_runs, "holds": c.holds, "seeds": seeds,
+             "runs": [asdict(r) for r in c.runs]} for c in checks]
+    with open(os.path.join(args.out, "bugs-check.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1)
+    print(f"{'BUG':10} {'SCENARIO':32} {'CAUGHT':>10} {'FALSE POS':>10} {'FAILED':>7}")
+    for c in checks:
+        print(f"{c.bug.id:10} {c.bug.scenario:32} {c.caught:>4}/{c.with_switch:<5} "
+              f"{c.false_positives:>4}/{c.without_switch:<5} {c.failed_runs:>7}"
+              f"{'' if c.holds else '  DOES NOT HOLD'}")
+    return 0 if all(c.holds for c in checks) else 1
+
+
 def cmd_scenarios(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**asdict(s), "in_default_matrix": s.name in scenarios.DEFAULT_MATRIX,
@@ -294,6 +363,25 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="Spark master URL for the report (default: local)")
     _common(p)
     p.set_defaults(handler=cmd_matrix)
+
+    p = csub.add_parser("bugs", help="the known RocketMQ bugs a node can re-introduce",
+                        description="Lists the known-bug corpus (--emulate BUG on nodes, runs "
+                        "and matrices): each bug's thread, what the switch re-introduces, the "
+                        "real fix, the scenario that exposes it and the expected verdict. "
+                        "With --check, runs each scenario --runs times with and without the "
+                        "switch and reports how often the checker caught it.")
+    p.add_argument("--json", action="store_true", help="the corpus as JSON")
+    p.add_argument("--bug", action="append", default=[], help="only this bug (repeatable)")
+    p.add_argument("--check", action="store_true",
+                   help="run every bug's scenario with and without its switch")
+    p.add_argument("--runs", type=positive_int, default=5, help="seeds per side (default 5)")
+    p.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    p.add_argument("--out", help="results directory for --check (required with it)")
+    p.add_argument("--backend", choices=("local", "compose"), default="local",
+                   help="where the nodes run (default local)")
+    p.add_argument("--crash-model", choices=("power", "process"), default="power",
+                   help="what a kill loses (default power)")
+    p.set_defaults(handler=cmd_bugs)
 
     p = csub.add_parser("scenarios", help="list the shipped scenarios",
                         description="List every shipped scenario: its steps and failpoints.",

@@ -51,6 +51,7 @@ from cluster.backends.interface import (
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy
+from store.emulate import SWITCHES
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
 FLUSHES = ("SYNC_FLUSH", "ASYNC_FLUSH")
@@ -84,6 +85,9 @@ class RunConfig:
     # runs that must hold a timing window open, e.g. a lazy flusher so that a
     # crash surely finds acknowledged bytes unflushed.
     master_args: tuple[str, ...] = ()
+    # Known RocketMQ bugs every node re-introduces (store/emulate.py; the
+    # corpus is chaos/bugs.py), recorded in params.json.
+    emulate: tuple[str, ...] = ()
 
     def validate(self) -> RunConfig:
         if self.role not in ROLES:
@@ -100,13 +104,18 @@ class RunConfig:
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
         self.workload.validate()
+        unknown = sorted(set(self.emulate) - set(SWITCHES))
+        if unknown:
+            raise ValueError(f"unknown bug(s) to emulate: {', '.join(unknown)}; known: "
+                             f"{', '.join(sorted(SWITCHES))}")
         return self
 
     @property
     def run_id(self) -> str:
         policy = "" if self.corruption_policy == "refuse" else f"-{self.corruption_policy}"
+        emulated = "".join(f"-{bug}" for bug in sorted(self.emulate))
         return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
-                f"{self.slave_ahead_policy}{policy}-s{self.seed}")
+                f"{self.slave_ahead_policy}{policy}{emulated}-s{self.seed}")
 
 
 BackendFactory = Callable[[str, str], ClusterBackend]  # (backend name, cluster dir)
@@ -303,7 +312,7 @@ class Run:
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("master", ""),
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
-            extra_args=cfg.master_args,
+            extra_args=cfg.master_args, emulate=cfg.emulate,
         )
         slaves = tuple(NodeSpec(
             name=s, role=Role.SLAVE, flush=cfg.flush, crash_model=cfg.crash_model,
@@ -312,6 +321,7 @@ class Run:
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("slave", "") if i == 0 else "",
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
+            emulate=cfg.emulate,
         ) for i, s in enumerate(self.slaves))
         spec = ClusterSpec(directory=self.cluster_dir, master=master, slaves=slaves)
         history: list[dict[str, Any]] = []
@@ -492,6 +502,7 @@ class Run:
             "plan": {"step_delays_s": list(self.plan.step_delays_s),
                      "workload_seed": self.plan.workload_seed},
             "master_args": list(cfg.master_args),
+            "emulate": sorted(cfg.emulate),
         })
         if not cfg.keep_cluster_dir:
             shutil.rmtree(self.cluster_dir, ignore_errors=True)

@@ -153,6 +153,27 @@ _add(Scenario(
     (Step("kill", "slave", (2.0, 3.5)), Step("start", "slave", (0.5, 1.0))),
     consume=True,
 ))
+# Disk faults of the fsync itself and a stalled flusher; also the scenarios
+# of the known-bug corpus (chaos/bugs.py), so not in the default matrix.
+_add(Scenario(
+    "fsync-eio",
+    "one of the master's fsyncs fails with EIO (the bytes it was to make durable are "
+    "discarded, as Linux drops dirty pages after a failed writeback); SIGKILL the master "
+    "later, restart it",
+    (Step("kill", "master", (2.5, 3.5)), Step("start", "master", (0.5, 1.0))),
+    failpoints=(FailpointPlan("master", "flush_fsync", "eio", hits=(20, 80)),),
+))
+_add(Scenario(
+    "flusher-stall-crash-consuming",
+    "consume while producing; the master's flusher stalls 2.5 s before writing what it "
+    "took (still in memory under the power model), then the master is SIGKILLed; restart",
+    # The stall outlasts the consumer's start (under a second), so a hit
+    # early in the load is as good as a late one.
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    failpoints=(FailpointPlan("master", "flush_before_write", "delay:2500+crash",
+                              hits=(100, 250)),),
+    consume=True,
+))
 
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-after-ship",
                   "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",

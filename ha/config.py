@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from store.config import ConfigError
+from store.emulate import SWITCHES
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -50,6 +51,8 @@ class HAConfig:
     # Slave reconnect backoff (tenacity, exponential between these bounds).
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 5_000
+    # Known RocketMQ bugs re-introduced on purpose (store/emulate.py).
+    emulate: frozenset[str] = frozenset()
 
     def validate(self) -> HAConfig:
         def need(ok: bool, msg: str) -> None:
@@ -71,6 +74,8 @@ class HAConfig:
         need(self.max_gap_not_in_sync_bytes >= 1, "ha max gap must be at least 1 byte")
         need(1 <= self.reconnect_min_ms <= self.reconnect_max_ms,
              "reconnect backoff needs 1 <= min <= max (ms)")
+        unknown = sorted(set(self.emulate) - set(SWITCHES))
+        need(not unknown, f"emulate: unknown bug(s) {', '.join(unknown)}")
         return self
 
     def with_(self, **changes: object) -> HAConfig:

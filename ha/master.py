@@ -34,6 +34,7 @@ from ha.session import (
 from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
 from store.clock import Clock
+from store.emulate import RMQ_3349
 from store.failpoints import Failpoints
 from store.names import name_problem
 from store.record import CorruptRecordError
@@ -90,6 +91,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         self._streams: dict[str, _Stream] = {}
         self._waiters: ReplicaWaitQueue[asyncio.Future[PutStatus]] = ReplicaWaitQueue()
         self._closing = False
+        # --emulate rmq-3349: RocketMQ's HAService.push2SlaveMaxOffset, the
+        # highest report ever accepted: never lowered, not reset when a
+        # stream ends, and what SYNC_MASTER waits compare against while any
+        # stream is connected.
+        self._push2slave_max: int | None = None
 
     # ------------------------------------------------------ put-side API
     def notify_appended(self) -> None:
@@ -106,6 +112,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 assert acked is not None
                 if best is None or acked > best:
                     best = acked
+        if best is not None and self._push2slave_max is not None:
+            # Only under --emulate rmq-3349 (see __init__); the fixed code
+            # counts the established streams' own acks only.
+            best = max(best, self._push2slave_max)
         return best
 
     def slave_ok(self, end: int) -> bool:
@@ -288,9 +298,13 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 link.connected_since_ms = self.clock.wall_ms()
             link.state, link.detail = "connected", ""
             if stream.session.ahead_trusted and decision.acked > self.log.wrote:
+                why = ("--emulate rmq-3349" if RMQ_3349 in self.config.emulate
+                       else "slave_ahead_policy=trust")
                 link.detail = (f"slave ahead of the master by {decision.acked - self.log.wrote} "
-                               "bytes, trusted (slave_ahead_policy=trust)")
+                               f"bytes, trusted ({why})")
                 log.warning("slave %s: %s", stream.session.slave, link.detail)
+            if RMQ_3349 in self.config.emulate:
+                self._push2slave_max = max(self._push2slave_max or 0, decision.acked)
             self._acked_advanced()
         elif isinstance(decision, Close):
             if decision.kind == "ahead":

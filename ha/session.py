@@ -9,7 +9,9 @@ Positions (master side), for an established session:
                                 shipped: where the next Range starts
     shipped - acked <= window + one batch   (one record may exceed a batch)
 `acked` may exceed the master's `wrote` only under slave_ahead_policy=trust
-(RocketMQ <= 4.9.2: the report is believed; apache/rocketmq#3015).
+or --emulate rmq-3349 (RocketMQ believes a first report beyond the master,
+in every classic-HA version: apache/rocketmq#3349; the #3016 check for
+apache/rocketmq#3015 covers later reports only).
 
 Ordering rules:
 - The slave appends a range (verified, all or nothing) BEFORE it reports the
@@ -27,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ha.config import HAConfig, SlaveAheadPolicy
+from store.emulate import RMQ_3349
 
 
 class RemoteProtocolError(Exception):
@@ -123,6 +126,15 @@ class MasterSession:
         if offset > master_wrote:
             ahead = offset - master_wrote
             policy = self.config.slave_ahead_policy
+            if RMQ_3349 in self.config.emulate:
+                # --emulate rmq-3349: RocketMQ's ReadSocketService takes the
+                # first report as slaveRequestOffset/slaveAckOffset unchecked
+                # and raises push2SlaveMaxOffset to it, so every SYNC_MASTER
+                # put ending at or below it is acknowledged. No fix in
+                # classic HA (the issue was closed as stale; #3016 checks
+                # only later reports); our reject/truncate policies are the
+                # lab's answer, and this switch overrides them.
+                policy = SlaveAheadPolicy.TRUST
             if policy == SlaveAheadPolicy.REJECT:
                 return Close("ahead", f"slave {self.slave} reports max offset {offset}, "
                                       f"{ahead} bytes ahead of this master ({master_wrote}); "

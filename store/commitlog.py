@@ -48,6 +48,7 @@ from store import native as native_codec
 from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
+from store.emulate import RMQ_2706
 from store.failpoints import DISARMED, Failpoints
 from store.names import queue_id_problem, topic_problem
 from store.record import (
@@ -499,6 +500,7 @@ class CommitLog:
                 starts = self._p_start[first:n]
                 ends = self._p_end[first:n]
                 datas = self._p_data[first:n]
+            self.failpoints.hit("flush_before_write")
             try:
                 touched: dict[int, Segment] = {}
                 # Coalesce contiguous chunks of one segment into one pwrite.
@@ -516,8 +518,23 @@ class CommitLog:
                     touched[seg.start] = seg
                     i = j
                 self.failpoints.hit("before_flush_sync")
-                for seg in touched.values():
-                    seg.sync()
+                try:
+                    self.failpoints.hit("flush_fsync", on_eio=lambda: self._lose_unsynced(
+                        starts[0], ends[-1]))
+                    for seg in touched.values():
+                        seg.sync()
+                except OSError as exc:
+                    if RMQ_2706 not in self.config.emulate:
+                        raise
+                    # --emulate rmq-2706: RocketMQ's MappedFile.flush caught the
+                    # force() error, logged it and set flushedPosition anyway, so
+                    # GroupCommitService answered PUT_OK for bytes not on disk.
+                    # The real fix (apache/rocketmq#9714, with #9708) advances
+                    # the flushed position only after a successful force and
+                    # marks the store not writeable; our fixed path is the
+                    # `raise` above: the log fails (`failed`), `flushed` stays.
+                    _log.error("Error occurred when force data to disk (emulating "
+                               "rmq-2706: counted as flushed anyway): %s", exc)
                 self.fsyncs += 1
                 if self.config.drop_flushed_pages:
                     cold = min(target, self.cold_below())
@@ -546,6 +563,22 @@ class CommitLog:
             with contextlib.suppress(OSError):
                 self.checkpoint.update(last_ts)
             return target
+
+    def _lose_unsynced(self, start: int, end: int) -> None:
+        """The `eio` fault's model of a failed writeback (called under the
+        flush lock, before the fsync raises): what this flush was to make
+        durable, [start, end), reads back as never written (zeros). Linux
+        marks the dirty pages clean after a writeback error and reports it
+        once, so the bytes are gone from the disk and a later successful
+        fsync does not write them again; here they are gone at once, so a
+        crash after the error (under either crash model) cannot bring them
+        back. Bytes still pending in memory are not touched."""
+        pos = start
+        while pos < end:
+            seg = self._segment_for(pos)
+            hi = min(end, seg.end)
+            seg.pwrite(pos - seg.start, bytes(hi - pos))
+            pos = hi
 
     def _drop_pages(self, end: int) -> None:
         """Let the kernel drop the page cache of the log up to `end` (fsynced,

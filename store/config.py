@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from store.emulate import SWITCHES
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
@@ -97,6 +99,9 @@ class StoreConfig:
     drop_flushed_pages: bool = False
     # What open does about damage in flushed data (CorruptionPolicy).
     corruption_policy: CorruptionPolicy = CorruptionPolicy.REFUSE
+    # Known RocketMQ bugs re-introduced on purpose (store/emulate.py); empty:
+    # the fixed behaviour.
+    emulate: frozenset[str] = frozenset()
 
     def validate(self) -> StoreConfig:
         def need(ok: bool, msg: str) -> None:
@@ -136,6 +141,9 @@ class StoreConfig:
         need(isinstance(self.crash_model, CrashModel), "crash_model must be a CrashModel")
         need(isinstance(self.corruption_policy, CorruptionPolicy),
              "corruption_policy must be a CorruptionPolicy (refuse, truncate or repair)")
+        unknown = sorted(set(self.emulate) - set(SWITCHES))
+        need(not unknown, f"emulate: unknown bug(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(sorted(SWITCHES))}")
         return self
 
     def with_(self, **changes: object) -> StoreConfig:

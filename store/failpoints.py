@@ -3,17 +3,21 @@ the N-th time they are reached, so chaos runs hit narrow windows on purpose.
 
 Armed from a spec string (the harness passes it on the node's command line or
 in DLAB_FAILPOINTS): `name=action@N[,name=action@N...]` where action is
-`crash` (SIGKILL to this process: the node's crash model applies) or
-`delay:MS` (sleep, blocking the thread that hit it). Disarmed, `hit` is one
-dict lookup on an empty dict.
+`crash` (SIGKILL to this process: the node's crash model applies),
+`delay:MS` (sleep, blocking the thread that hit it), `delay:MS+crash` (sleep,
+then SIGKILL: a crash while that thread is stalled), or `eio` (only at
+`flush_fsync`: a disk fault, the fsync fails with EIO; see hit()). Disarmed,
+`hit` is one dict lookup on an empty dict.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 KNOWN = {
@@ -29,7 +33,20 @@ KNOWN = {
     "consumer_offsets_before_rename": "any: the offset table's temp file written and synced, "
                                       "before the renames that replace the file",
     "before_flush_sync": "any: a flush wrote its bytes, before the fsync (delay: a slow disk)",
+    "flush_before_write": "any: a flush took what it will write (still in memory under the "
+                          "power model), before writing it (delay: a stalled flusher)",
+    "flush_fsync": "any: a flush's fsync (eio: it fails with EIO and what it was to make "
+                   "durable is discarded, as Linux drops dirty pages after a failed writeback)",
 }
+# Failpoints that may take the `eio` action (a fault of the fsync itself).
+EIO_POINTS = frozenset({"flush_fsync"})
+
+
+class InjectedEIOError(OSError):
+    """The `eio` failpoint: an fsync that failed (errno EIO)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(errno.EIO, f"Input/output error (injected by failpoint {name})")
 
 
 class FailpointSpecError(ValueError):
@@ -65,20 +82,33 @@ class Failpoints:
                 raise FailpointSpecError(f"failpoint {item!r}: N must be at least 1")
             delay_ms = 0
             if action.startswith("delay:"):
+                ms, plus, then = action[6:].partition("+")
                 try:
-                    delay_ms = int(action[6:])
+                    delay_ms = int(ms)
                 except ValueError:
                     raise FailpointSpecError(f"failpoint {item!r}: delay:MS needs ms") from None
-                action = "delay"
+                if plus and then != "crash":
+                    raise FailpointSpecError(f"failpoint {item!r}: after a delay only "
+                                             "+crash may follow (delay:MS+crash)")
+                action = "delay+crash" if plus else "delay"
+            elif action == "eio":
+                if name not in EIO_POINTS:
+                    raise FailpointSpecError(
+                        f"failpoint {item!r}: eio is a fault of an fsync; only "
+                        f"{', '.join(sorted(EIO_POINTS))} takes it")
             elif action != "crash":
-                raise FailpointSpecError(f"failpoint {item!r}: action is crash or delay:MS")
+                raise FailpointSpecError(f"failpoint {item!r}: action is crash, delay:MS, "
+                                         "delay:MS+crash or eio")
             self._armed[name] = _Armed(action, delay_ms, nth)
 
     @classmethod
     def from_env(cls) -> Failpoints:
         return cls(os.environ.get("DLAB_FAILPOINTS", ""))
 
-    def hit(self, name: str) -> None:
+    def hit(self, name: str, *, on_eio: Callable[[], None] | None = None) -> None:
+        """Count a pass through `name`; on its N-th, act. The `eio` action
+        calls `on_eio` (what the fault does to the bytes: the caller's
+        model of a failed writeback), then raises InjectedEIOError."""
         if not self._armed:
             return
         fp = self._armed.get(name)
@@ -92,8 +122,14 @@ class Failpoints:
               flush=True)
         if fp.action == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif fp.action == "eio":
+            if on_eio is not None:
+                on_eio()
+            raise InjectedEIOError(name)
         else:
             time.sleep(fp.delay_ms / 1000)
+            if fp.action == "delay+crash":
+                os.kill(os.getpid(), signal.SIGKILL)
 
     def armed(self, name: str) -> bool:
         return name in self._armed

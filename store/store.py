@@ -36,6 +36,7 @@ from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segmen
 from store.config import KIB, ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
+from store.emulate import RMQ_8239
 from store.failpoints import DISARMED, Failpoints
 from store.lock import StoreLock, StoreLockedError
 from store.record import CorruptRecordError, Message
@@ -180,9 +181,9 @@ class _GroupCommit:
     docs/performance-notes.md, "Group commit"). If the loop is still
     busy, or the thread is flushing, the thread takes it and the fsync overlaps
     the loop's work; it hands results back with one call_soon_threadsafe per
-    flush. A store with the before_flush_sync failpoint armed (a delay there
-    is a slow disk) always uses the thread, so a slow fsync never blocks
-    the loop."""
+    flush. A store with the before_flush_sync or flush_before_write
+    failpoint armed (a delay there is a slow disk or a stalled flusher)
+    always uses the thread, so a slow fsync never blocks the loop."""
 
     def __init__(self, log: CommitLog, loop: asyncio.AbstractEventLoop, *,
                  inline: bool = True) -> None:
@@ -505,8 +506,9 @@ class MessageStore:
         where put() must then be called)."""
         loop = self._loop = asyncio.get_running_loop()
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
+            stalls = ("before_flush_sync", "flush_before_write")
             self._group = _GroupCommit(
-                self.log, loop, inline=not self.failpoints.armed("before_flush_sync"))
+                self.log, loop, inline=not any(map(self.failpoints.armed, stalls)))
         else:
             if not self.config.flush_timed:
                 self._flush_wakeup = asyncio.Event()
@@ -588,8 +590,13 @@ class MessageStore:
         """How far consumers may read: `flushed` under SYNC_FLUSH, so nothing
         a crash can still take is ever consumed (apache/rocketmq#8239);
         `wrote` otherwise, as RocketMQ."""
-        if self.config.flush_mode == FlushMode.SYNC_FLUSH:
+        if self.config.flush_mode == FlushMode.SYNC_FLUSH and RMQ_8239 not in self.config.emulate:
             return self.log.flushed
+        # --emulate rmq-8239: RocketMQ's CommitLog.getConfirmOffset() was the
+        # written end even under SYNC_FLUSH, so ReputMessageService made
+        # unflushed records pullable. The real fix (apache/rocketmq#8240,
+        # 5.3.0) bounds dispatch by the flushed position under SYNC_FLUSH
+        # (readUnCommitted=true, default false, brings the old behaviour back).
         return self.log.wrote
 
     def topic_queues(self) -> dict[str, list[int]]:
@@ -908,6 +915,11 @@ class MessageStore:
                 problem = problem or f"persisting the consumer offsets failed: {exc}"
         except StoreFailedError as exc:
             problem = f"the CommitLog could not be flushed: {exc}"
+        except CorruptRecordError as exc:
+            # The dispatch read a bad record below `wrote` (the log lost bytes
+            # it counted flushed: --emulate rmq-2706): keep `abort`, so the
+            # next open runs the full recovery.
+            problem = f"the CommitLog holds a bad record: {exc}"
         except OSError as exc:
             problem = f"closing failed: {exc}"
         finally:

@@ -45,7 +45,7 @@ def test_delays_fall_in_their_windows_and_failpoints_in_range() -> None:
                 spec = plan.failpoints[fp.target]
                 nth = int(spec.split("@")[1])
                 assert fp.hits[0] <= nth <= fp.hits[1]
-                assert spec.startswith(f"{fp.name}=crash@")
+                assert spec.startswith(f"{fp.name}={fp.action}@")
 
 
 def test_streams_are_independent_per_purpose() -> None:

@@ -98,7 +98,7 @@ def test_a_crash_failpoint_kills_its_node_on_the_first_hit(backend: LocalBackend
 
 @pytest.mark.parametrize("spec,message", [
     ("nope=crash@1", "unknown failpoint 'nope'"),
-    ("segment_roll=explode@1", "action is crash or delay:MS"),
+    ("segment_roll=explode@1", "action is crash, delay:MS"),
     ("segment_roll=crash@0", "at least 1"),
     ("segment_roll=crash@x", "must be an integer"),
     ("segment_roll", "expected name=action@N"),

@@ -59,6 +59,7 @@ class NodeSpec:
     ha_ship_limit: ShipLimit = ShipLimit.WROTE
     failpoints: str = ""
     corruption_policy: CorruptionPolicy = CorruptionPolicy.REFUSE
+    emulate: tuple[str, ...] = ()  # known RocketMQ bugs re-introduced (store/emulate.py)
     # The consume side's timings; None leaves the node's default (RocketMQ's:
     # the offset table persisted every 5 s, a slave's copy synced every 10 s).
     consumer_offset_persist_interval_ms: int | None = None
@@ -93,6 +94,8 @@ class NodeSpec:
             args += ["--refusal-file", refusal_file]
         for peer in repair_from:
             args += ["--repair-from", peer]
+        for bug in self.emulate:
+            args += ["--emulate", bug]
         if self.consumer_offset_persist_interval_ms is not None:
             args += ["--consumer-offset-persist-ms", str(self.consumer_offset_persist_interval_ms)]
         if self.consumer_offset_sync_interval_ms is not None:

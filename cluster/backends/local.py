@@ -63,6 +63,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     d["ha_ship_limit"] = ShipLimit(d["ha_ship_limit"])
     d["corruption_policy"] = CorruptionPolicy(d.get("corruption_policy", "refuse"))
     d["extra_args"] = tuple(d.get("extra_args", ()))
+    d["emulate"] = tuple(d.get("emulate", ()))
     return NodeSpec(**d)
 
 

@@ -91,6 +91,9 @@ def _register_node(sub: Any) -> None:
     p.add_argument("--refusal-file", metavar="FILE",
                    help="if the node refuses to start (corruption of flushed data), write why "
                         "to FILE (removed at each start); cluster backends read it")
+    p.add_argument("--emulate", action="append", default=[], metavar="BUG",
+                   help="re-introduce a known RocketMQ bug on purpose (repeatable or "
+                        "comma-separated; see `dlab chaos bugs`; default: none)")
     g = p.add_argument_group("timing (defaults follow RocketMQ; sizes take a unit, e.g. 1MiB)")
     g.add_argument("--flush-interval-ms", type=positive_int, default=500,
                    help="ASYNC_FLUSH: the flusher's longest wait, ms (default 500)")
@@ -145,11 +148,12 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
     from ha.config import HAConfig
     from store.config import ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 
+    emulate = emulate_arg(args.emulate)
     try:
         token = read_token_file(args.token_file)
     except TokenError as exc:
         raise UserError(str(exc)) from None
-    store = StoreConfig(
+    store = StoreConfig(emulate=emulate,
         segment_size_bytes=args.segment_size, max_message_size_bytes=args.max_message_size,
         flush_mode=FlushMode(args.flush), crash_model=CrashModel(args.crash_model),
         flush_interval_ms=args.flush_interval_ms,
@@ -161,7 +165,7 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
         corruption_policy=CorruptionPolicy(args.corruption_policy),
     )
     ha = HAConfig(
-        slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
+        emulate=emulate, slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ship_limit=ShipLimit(args.ha_ship_limit), batch_bytes=args.ha_batch_bytes,
         window_bytes=args.ha_window_bytes, heartbeat_interval_ms=args.ha_heartbeat_ms,
         housekeeping_interval_ms=args.ha_housekeeping_ms,
@@ -176,6 +180,16 @@ def node_config_from_args(args: argparse.Namespace) -> Any:
                           ).validate()
     except ConfigError as exc:
         raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
+
+
+def emulate_arg(values: list[str]) -> frozenset[str]:
+    """--emulate values as bug ids; a usage error names the known ones."""
+    from store.emulate import EmulateError, parse
+
+    try:
+        return parse(values)
+    except EmulateError as exc:
+        raise UserError(str(exc)) from None
 
 
 # Config fields whose `dlab node` option is not simply the field's name.
@@ -521,6 +535,9 @@ def _register_cluster(sub: Any) -> None:
                          "'--slave-timeout-ms 1000 --ha-heartbeat-ms 500' (default: none)")
     up.add_argument("--timeout", type=non_negative_float, default=60.0, metavar="SECONDS",
                     help="how long to wait for every node to answer, in seconds (default 60)")
+    up.add_argument("--emulate", action="append", default=[], metavar="BUG",
+                    help="every node re-introduces this known RocketMQ bug (repeatable; "
+                         "see `dlab chaos bugs`; default: none)")
     up.set_defaults(handler=cmd_cluster_up)
 
     st = csub.add_parser(
@@ -608,6 +625,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     except TokenError as exc:
         raise UserError(str(exc)) from None
     common: dict[str, Any] = dict(
+        emulate=tuple(sorted(emulate_arg(args.emulate))),
         crash_model=args.crash_model, segment_size_bytes=args.segment_size,
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ha_ship_limit=ShipLimit(args.ha_ship_limit), extra_args=extra,

@@ -109,6 +109,13 @@ class NodeConfig:
         return self
 
 
+def _plain(v: Any) -> Any:
+    """A config value as JSON takes it (enums by value, sets sorted)."""
+    if isinstance(v, frozenset):
+        return sorted(v)
+    return v.value if hasattr(v, "value") else v
+
+
 class Node:
     def __init__(self, config: NodeConfig, *, clock: Clock | None = None) -> None:
         self.config = config.validate()
@@ -185,6 +192,9 @@ class Node:
                  cfg.name, self.role.value, store_cfg.flush_mode.value,
                  store_cfg.crash_model.value, host, self.port, self.store.log.wrote,
                  self.store.log.flushed)
+        if store_cfg.emulate:
+            log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
+                        ", ".join(sorted(store_cfg.emulate)))
 
     async def stop(self) -> None:
         """Clean shutdown: stop accepting, finish in-flight calls, stop HA,
@@ -439,9 +449,8 @@ class Node:
         d: dict[str, Any] = {"name": cfg.name, "role": cfg.role.value, "listen": cfg.listen,
                              "master": cfg.master, "data_dir": cfg.data_dir,
                              "failpoints": cfg.failpoints, "repair_from": list(cfg.repair_from)}
-        d["store"] = {k: (v.value if hasattr(v, "value") else v)
-                      for k, v in asdict(cfg.store).items()}
-        d["ha"] = {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(cfg.ha).items()}
+        d["store"] = {k: _plain(v) for k, v in asdict(cfg.store).items()}
+        d["ha"] = {k: _plain(v) for k, v in asdict(cfg.ha).items()}
         return d
 
     def read(self, offset: int, max_bytes: int) -> broker_pb2.ReadResponse:
