@@ -6,10 +6,11 @@ more, never less."""
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from dataclasses import dataclass
+
+from store.disk import Disk, RealDisk
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
@@ -29,11 +30,10 @@ class Checkpoint:
         return max(0, min(self.physic_ms, self.logics_ms) - SAFETY_MARGIN_MS)
 
 
-def read_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
+def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | None, str | None]:
     """(checkpoint, None), or (None, why it could not be used)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_LAYOUT.size)
+        raw = (disk or RealDisk()).read_file(path, _LAYOUT.size)
     except FileNotFoundError:
         return None, "checkpoint file is missing"
     except OSError as exc:
@@ -59,11 +59,11 @@ class CheckpointFile:
     writers run on different threads); `sync` makes them durable (on the
     thorough interval and at shutdown)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, disk: Disk, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size < FILE_SIZE:
-            os.ftruncate(self.fd, FILE_SIZE)
+        self.file = disk.open(path, create=True)
+        if self.file.size() < FILE_SIZE:
+            self.file.truncate(FILE_SIZE)
         # The opener sets both from a checkpoint read_checkpoint accepted;
         # an unusable one is overwritten from zero.
         self.last_ms = 0
@@ -71,7 +71,7 @@ class CheckpointFile:
         self._lock = threading.Lock()
 
     def _write(self) -> None:
-        os.pwrite(self.fd, _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
+        self.file.pwrite(_LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
 
     def update(self, timestamp_ms: int) -> None:
         """The CommitLog was flushed up to a record stored at `timestamp_ms`."""
@@ -90,9 +90,7 @@ class CheckpointFile:
                 self._write()
 
     def sync(self) -> None:
-        os.fsync(self.fd)
+        self.file.fsync()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
