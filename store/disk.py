@@ -27,8 +27,10 @@ run can save as JSON):
   not durable, and a later fsync does not make them so).
 - `read-corruption`: a latent error in a range of a file: reads return
   flipped bytes until the range is written again.
-MemoryDisk is deterministic: no threads, no clock, every listing sorted. A
-lock serialises its state so the store's flush thread may call it.
+A fault whose probability is zero draws nothing from the generator, so
+turning one fault on does not change when the others strike. MemoryDisk is
+deterministic: no threads, no clock, every listing sorted. A lock
+serialises its state so the store's flush thread may call it.
 
 Simplifications (said so the simulation does not over-claim): directories
 made with makedirs are durable at once; fsync and fdatasync both make the
@@ -498,7 +500,8 @@ class MemoryDisk:
 
     def read(self, path: str, inode: _Inode, pos: int, n: int) -> bytes:
         out = bytearray(inode.data[pos:pos + max(0, n)])
-        if out and self.rng.random() < self.fault_rates.read_corruption:
+        rate = self.fault_rates.read_corruption
+        if out and rate and self.rng.random() < rate:
             a = pos + self.rng.randrange(len(out))
             b = min(pos + len(out), a + 1 + self.rng.randrange(64))
             inode.bad.append((a, b))
@@ -510,7 +513,8 @@ class MemoryDisk:
 
     def sync(self, path: str, inode: _Inode) -> None:
         failed = self._norm(path) in self._fail_fsyncs
-        if failed or (inode.pending and self.rng.random() < self.fault_rates.fsync_eio):
+        rate = self.fault_rates.fsync_eio
+        if failed or (inode.pending and rate and self.rng.random() < rate):
             self._fail_fsyncs.discard(self._norm(path))
             lost = sum(len(d) for _, d in inode.pending if d is not None)
             self.faults.append({"fault": "fsync-eio", "path": path, "lost_writes":
@@ -573,7 +577,8 @@ class MemoryDisk:
         data = bytearray(inode.durable)
         pending = inode.pending
         mode = torn
-        if pending and mode is None and self.rng.random() < self.fault_rates.torn_write:
+        rate = self.fault_rates.torn_write
+        if pending and mode is None and rate and self.rng.random() < rate:
             mode = "torn-op" if self.rng.random() < 0.5 else "torn-seq"
         writes = [i for i, (_, d) in enumerate(pending) if d]
         if pending and mode == "torn-op" and writes:
