@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from store.clock import Clock
 from store.config import ConfigError
 from store.lock import StoreLock, StoreLockedError
 
@@ -449,11 +450,13 @@ class _MemoryLock:
 class MemoryDisk:
     """A deterministic in-memory disk with a page cache (see the module
     docstring). `rng` drives every probabilistic fault; `faults` records
-    each one injected."""
+    each one injected (with the simulated time from `clock`, if given)."""
 
-    def __init__(self, rng: random.Random | None = None, faults: DiskFaults = NO_FAULTS) -> None:
+    def __init__(self, rng: random.Random | None = None, faults: DiskFaults = NO_FAULTS,
+                 clock: Clock | None = None) -> None:
         self.rng = rng if rng is not None else random.Random(0)
         self.fault_rates = faults.validate()
+        self.clock = clock  # stamps each recorded fault (`at_ms`) when given
         self.faults: list[dict[str, Any]] = []
         self.mutex = threading.RLock()
         self.crashed = False
@@ -505,7 +508,7 @@ class MemoryDisk:
             a = pos + self.rng.randrange(len(out))
             b = min(pos + len(out), a + 1 + self.rng.randrange(64))
             inode.bad.append((a, b))
-            self.faults.append({"fault": "read-corruption", "path": path, "start": a, "end": b})
+            self._record({"fault": "read-corruption", "path": path, "start": a, "end": b})
         for a, b in inode.bad:
             for i in range(max(a, pos), min(b, pos + len(out))):
                 out[i - pos] ^= 0xFF
@@ -517,13 +520,18 @@ class MemoryDisk:
         if failed or (inode.pending and rate and self.rng.random() < rate):
             self._fail_fsyncs.discard(self._norm(path))
             lost = sum(len(d) for _, d in inode.pending if d is not None)
-            self.faults.append({"fault": "fsync-eio", "path": path, "lost_writes":
+            self._record({"fault": "fsync-eio", "path": path, "lost_writes":
                                 len(inode.pending), "lost_bytes": lost})
             inode.pending.clear()  # Linux: the failed write-back is marked clean
             raise _eio(path)
         for pos, data in inode.pending:
             _apply(inode.durable, pos, data)
         inode.pending.clear()
+
+    def _record(self, fault: dict[str, Any]) -> None:
+        if self.clock is not None:
+            fault["at_ms"] = self.clock.wall_ms()
+        self.faults.append(fault)
 
     # ---------------------------------------------------- fault injection
     def fail_next_fsync(self, path: str) -> None:
@@ -536,7 +544,7 @@ class MemoryDisk:
         bytes until the range is written again."""
         with self.mutex:
             self._inode(path).bad.append((start, end))
-            self.faults.append({"fault": "read-corruption", "path": path,
+            self._record({"fault": "read-corruption", "path": path,
                                 "start": start, "end": end})
 
     def crash(self, torn: str | None = None) -> MemoryDisk:
@@ -549,7 +557,7 @@ class MemoryDisk:
             raise ValueError(f"torn must be None, 'torn-op' or 'torn-seq', not {torn!r}")
         with self.mutex:
             self.crashed = True
-            after = MemoryDisk(self.rng, self.fault_rates)
+            after = MemoryDisk(self.rng, self.fault_rates, self.clock)
             after.faults = self.faults
             copies: dict[int, _Inode] = {}
             for dpath in sorted(self._dirs):
@@ -590,14 +598,14 @@ class MemoryDisk:
                 if d is None:
                     _apply(data, p, None)
             _apply(data, pos, chunk[:keep])
-            self.faults.append({"fault": "torn-op", "path": path, "pos": pos,
+            self._record({"fault": "torn-op", "path": path, "pos": pos,
                                 "kept": keep, "of": len(chunk)})
         elif pending and mode == "torn-seq":
             kept = sorted(self.rng.sample(range(len(pending)),
                                           self.rng.randrange(len(pending) + 1)))
             for i in kept:
                 _apply(data, *pending[i])
-            self.faults.append({"fault": "torn-seq", "path": path, "kept": kept,
+            self._record({"fault": "torn-seq", "path": path, "kept": kept,
                                 "of": len(pending)})
         return _Inode(data=bytearray(data), durable=data, bad=list(inode.bad))
 
