@@ -6,10 +6,11 @@ more, never less."""
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from dataclasses import dataclass
+
+from store.disk import Disk, RealDisk
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
@@ -29,11 +30,10 @@ class Checkpoint:
         return max(0, min(self.physic_ms, self.logics_ms) - SAFETY_MARGIN_MS)
 
 
-def read_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
+def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | None, str | None]:
     """(checkpoint, None), or (None, why it could not be used)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_LAYOUT.size)
+        raw = (disk or RealDisk()).read_file(path, _LAYOUT.size)
     except FileNotFoundError:
         return None, "checkpoint file is missing"
     except OSError as exc:
@@ -46,7 +46,8 @@ def read_checkpoint(path: str) -> tuple[Checkpoint | None, str | None]:
     return cp, None
 
 
-def lower_checkpoint(path: str, checkpoint: Checkpoint, timestamp_ms: int) -> Checkpoint:
+def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
+                     timestamp_ms: int) -> Checkpoint:
     """Lower the checkpoint's timestamps to at most `timestamp_ms`, durably,
     and return it: done before recovery cuts flushed data, so that the
     checkpoint never names a record past the cut (a later recovery reads a
@@ -55,12 +56,12 @@ def lower_checkpoint(path: str, checkpoint: Checkpoint, timestamp_ms: int) -> Ch
     low = Checkpoint(min(checkpoint.physic_ms, timestamp_ms),
                      min(checkpoint.logics_ms, timestamp_ms),
                      min(checkpoint.index_ms, timestamp_ms))
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    f = disk.open(path, create=True)
     try:
-        os.pwrite(fd, _LAYOUT.pack(low.physic_ms, low.logics_ms, low.index_ms), 0)
-        os.fsync(fd)
+        f.pwrite(_LAYOUT.pack(low.physic_ms, low.logics_ms, low.index_ms), 0)
+        f.fsync()
     finally:
-        os.close(fd)
+        f.close()
     return low
 
 
@@ -77,11 +78,11 @@ class CheckpointFile:
     writers run on different threads); `sync` makes them durable (on the
     thorough interval and at shutdown)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, disk: Disk, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size < FILE_SIZE:
-            os.ftruncate(self.fd, FILE_SIZE)
+        self.file = disk.open(path, create=True)
+        if self.file.size() < FILE_SIZE:
+            self.file.truncate(FILE_SIZE)
         # The opener sets both from a checkpoint read_checkpoint accepted;
         # an unusable one is overwritten from zero.
         self.last_ms = 0
@@ -89,7 +90,7 @@ class CheckpointFile:
         self._lock = threading.Lock()
 
     def _write(self) -> None:
-        os.pwrite(self.fd, _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
+        self.file.pwrite(_LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
 
     def update(self, timestamp_ms: int) -> None:
         """The CommitLog was flushed up to a record stored at `timestamp_ms`."""
@@ -115,12 +116,10 @@ class CheckpointFile:
             self.last_ms = min(self.last_ms, timestamp_ms)
             self.logics_ms = min(self.logics_ms, timestamp_ms)
             self._write()
-            os.fsync(self.fd)
+            self.file.fsync()
 
     def sync(self) -> None:
-        os.fsync(self.fd)
+        self.file.fsync()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()

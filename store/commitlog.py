@@ -39,7 +39,6 @@ import contextlib
 import errno
 import logging
 import mmap
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from store import native as native_codec
 from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
+from store.disk import Disk
 from store.emulate import RMQ_2706
 from store.failpoints import DISARMED, Failpoints
 from store.names import queue_id_problem, topic_problem
@@ -66,7 +66,7 @@ from store.record import (
     verify,
 )
 from store.recovery import RecoveryPlan
-from store.segments import Segment, fsync_dir, segment_name
+from store.segments import Segment, segment_name
 from store.status import PutResult, PutStatus
 from store.writebuffers import WriteBuffers
 
@@ -141,8 +141,11 @@ class CommitLog:
         end: int,
         last_store_timestamp_ms: int,
         failpoints: Failpoints = DISARMED,
+        *,
+        disk: Disk,
     ) -> None:
         self.directory = directory
+        self.disk = disk
         self.config = config
         self.clock = clock
         self.checkpoint = checkpoint
@@ -218,7 +221,7 @@ class CommitLog:
         start = self.wrote
         assert start % self.seg_size == 0, start
         try:
-            seg = Segment.create(self.directory, start, self.seg_size)
+            seg = Segment.create(self.disk, self.directory, start, self.seg_size)
         except OSError as exc:
             first = self.cannot_grow is None
             self.cannot_grow = self._explain_no_segment(start, exc)
@@ -240,8 +243,7 @@ class CommitLog:
                 f"(errno {exc.errno})")
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             with contextlib.suppress(OSError):
-                fs = os.statvfs(self.directory)
-                what += f"; {fs.f_bavail * fs.f_frsize} bytes are free there"
+                what += f"; {self.disk.free_bytes(self.directory)} bytes are free there"
             return (f"disk full: {what}; free space on that filesystem (or use a smaller "
                     "segment size): puts are refused until then and resume by themselves")
         return (f"{what}; puts are refused until a segment can be created, and resume by "
@@ -600,7 +602,7 @@ class CommitLog:
             seg = self._segment_for(pos)
             hi = min(end, seg.end)
             with contextlib.suppress(OSError):
-                os.posix_fadvise(seg.fd, pos - seg.start, hi - pos, os.POSIX_FADV_DONTNEED)
+                seg.file.drop_cache(pos - seg.start, hi - pos)
             pos = hi
         self._dropped_to = max(self._dropped_to, end)
 
@@ -788,9 +790,9 @@ def cut_on_disk(
         holder.pwrite(pos, bytes(BLANK_SIZE))
         holder.sync()
         after_header()
-        os.ftruncate(holder.fd, pos)
-        os.ftruncate(holder.fd, seg_size)
-        os.fsync(holder.fd)
+        holder.file.truncate(pos)
+        holder.file.truncate(seg_size)
+        holder.file.fsync()
     elif later:
         first_later = later[-1]
         first_later.pwrite(0, bytes(BLANK_SIZE))
@@ -798,17 +800,18 @@ def cut_on_disk(
         after_header()
     for seg in later:
         seg.close()
-        os.unlink(seg.path)
+        seg.disk.unlink(seg.path)
     if later:
-        fsync_dir(directory)
+        later[0].disk.fsync_dir(directory)
 
 
-def open_segments(directory: str, starts: list[int], seg_size: int) -> list[Segment]:
-    return [Segment.open(directory, s, seg_size) for s in starts]
+def open_segments(disk: Disk, directory: str, starts: list[int], seg_size: int
+                  ) -> list[Segment]:
+    return [Segment.open(disk, directory, s, seg_size) for s in starts]
 
 
 def map_segment(seg: Segment) -> mmap.mmap:
-    return mmap.mmap(seg.fd, 0, prot=mmap.PROT_READ)
+    return seg.file.map()
 
 
 def apply_plan(

@@ -43,8 +43,8 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 
+from store.disk import Disk, DiskFile
 from store.names import queue_id_problem, topic_problem
-from store.segments import fsync_dir
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -120,7 +120,8 @@ class ConsumeQueue:
     """One queue's units: in memory, and in its files up to `_written`."""
 
     def __init__(self, directory: str, topic: str, queue_id: int, *, file_units: int,
-                 write_through: bool) -> None:
+                 write_through: bool, disk: Disk) -> None:
+        self.disk = disk
         self.directory = directory
         self.topic = topic
         self.queue_id = queue_id
@@ -131,7 +132,7 @@ class ConsumeQueue:
         self.tags = array("q")
         self._written = 0  # units [0, _written) are in the files (maybe not synced)
         self._synced = 0  # units [0, _synced) are fsynced
-        self._fds: dict[int, int] = {}
+        self._files: dict[int, DiskFile] = {}
 
     # ------------------------------------------------------------- basics
     @property
@@ -185,17 +186,18 @@ class ConsumeQueue:
         return True
 
     # -------------------------------------------------------------- files
-    def _fd(self, file_index: int) -> int:
-        fd = self._fds.get(file_index)
-        if fd is None:
-            os.makedirs(self.directory, exist_ok=True)
+    def _file(self, file_index: int) -> DiskFile:
+        f = self._files.get(file_index)
+        if f is None:
+            disk = self.disk
+            disk.makedirs(self.directory)
             path = os.path.join(self.directory, _name(file_index * self.file_units * UNIT_SIZE))
-            existed = os.path.exists(path)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            self._fds[file_index] = fd
+            existed = disk.exists(path)
+            f = disk.open(path, create=True)
+            self._files[file_index] = f
             if not existed:
-                fsync_dir(self.directory)
-        return fd
+                disk.fsync_dir(self.directory)
+        return f
 
     def write_pending(self) -> set[int]:
         """Write units not yet in the files; returns the file indexes touched."""
@@ -206,7 +208,7 @@ class ConsumeQueue:
             end = min(n, (f + 1) * self.file_units)
             buf = b"".join(UNIT.pack(self.offsets[j], self.sizes[j], self.tags[j])
                            for j in range(i, end))
-            os.pwrite(self._fd(f), buf, (i - f * self.file_units) * UNIT_SIZE)
+            self._file(f).pwrite(buf, (i - f * self.file_units) * UNIT_SIZE)
             touched.add(f)
             i = end
         self._written = n
@@ -217,20 +219,20 @@ class ConsumeQueue:
         if self._synced < self._written:
             first = self._synced // self.file_units
             for f in sorted(touched | {first}):
-                if f in self._fds:
-                    os.fdatasync(self._fds[f])
+                if f in self._files:
+                    self._files[f].fdatasync()
         self._synced = self._written
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
     # ----------------------------------------------------------- recovery
     def load(self, commitlog_end: int, on_cut: Callable[[], None]) -> str | None:
         """Read the files, keep units up to the last valid one, cut the rest
         crash-safely. Returns a note when something was cut, else None."""
-        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        names = [n for n in self.disk.listdir(self.directory) if n.isdigit() and len(n) == 20]
         span = self.file_units * UNIT_SIZE
         starts = [int(n) for n in names]
         note = None
@@ -239,8 +241,7 @@ class ConsumeQueue:
             if start != k * span:
                 stop_reason = f"file {_name(start)} out of sequence"
                 break
-            with open(os.path.join(self.directory, _name(start)), "rb") as f:
-                data = f.read(span)
+            data = self.disk.read_file(os.path.join(self.directory, _name(start)), span)
             ok = True
             whole = data[: len(data) - len(data) % UNIT_SIZE]
             offs, sizes, tags = _columns(whole)
@@ -286,7 +287,7 @@ class ConsumeQueue:
             if rem or k > keep_file:
                 return True
             if k == keep_file:
-                size = os.path.getsize(os.path.join(self.directory, _name(start)))
+                size = self.disk.size(os.path.join(self.directory, _name(start)))
                 if size > at * UNIT_SIZE:
                     return True
         return False
@@ -296,23 +297,24 @@ class ConsumeQueue:
         keep_file = n // self.file_units
         at = (n - keep_file * self.file_units) * UNIT_SIZE
         path = os.path.join(self.directory, _name(keep_file * span))
-        if os.path.exists(path):
-            fd = os.open(path, os.O_RDWR)
+        disk = self.disk
+        if disk.exists(path):
+            f = disk.open(path)
             try:
-                if os.path.getsize(path) > at:
+                if disk.size(path) > at:
                     # Zero the first dropped unit durably first: from here on a
                     # crash leaves a stop mark, never a readable tail.
-                    os.pwrite(fd, bytes(UNIT_SIZE), at)
-                    os.fdatasync(fd)
+                    f.pwrite(bytes(UNIT_SIZE), at)
+                    f.fdatasync()
                     on_cut()
-                    os.ftruncate(fd, at)
-                    os.fsync(fd)
+                    f.truncate(at)
+                    f.fsync()
             finally:
-                os.close(fd)
+                f.close()
         for start in starts:
             if start // span > keep_file or start % span:
-                os.unlink(os.path.join(self.directory, _name(start)))
-        fsync_dir(self.directory)
+                disk.unlink(os.path.join(self.directory, _name(start)))
+        disk.fsync_dir(self.directory)
 
     def truncate_after(self, commitlog_offset: int, on_cut: Callable[[], None]) -> None:
         """Drop units whose record ends past `commitlog_offset` (a slave
@@ -328,14 +330,15 @@ class ConsumeQueue:
         del self.offsets[keep:], self.sizes[keep:], self.tags[keep:]
         self._written = self._synced = keep
         self.close()
-        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        names = [n for n in self.disk.listdir(self.directory) if n.isdigit() and len(n) == 20]
         self._cut([int(n) for n in names], self.file_units * UNIT_SIZE, on_cut)
 
 
 class ConsumeQueues:
     """Every queue of one store."""
 
-    def __init__(self, root: str, *, file_units: int, write_through: bool) -> None:
+    def __init__(self, root: str, *, file_units: int, write_through: bool, disk: Disk) -> None:
+        self.disk = disk
         self.root = os.path.join(root, DIR_NAME)
         self.file_units = file_units
         self.write_through = write_through
@@ -364,28 +367,30 @@ class ConsumeQueues:
         if bad is not None:
             raise bad
         q = ConsumeQueue(os.path.join(self.root, topic, str(queue_id)), topic, queue_id,
-                         file_units=self.file_units, write_through=self.write_through)
+                         file_units=self.file_units, write_through=self.write_through,
+                         disk=self.disk)
         self.queues[(topic, queue_id)] = q
         return q
 
     def load(self, commitlog_end: int, on_cut: Callable[[], None]) -> None:
-        if not os.path.isdir(self.root):
+        disk = self.disk
+        if not disk.isdir(self.root):
             return
-        for topic in sorted(os.listdir(self.root)):
+        for topic in disk.listdir(self.root):
             tdir = os.path.join(self.root, topic)
-            if not os.path.isdir(tdir):
+            if not disk.isdir(tdir):
                 continue
             # Never followed out of the store: a name the rule refuses, or a
             # symbolic link, is left alone (the CommitLog rebuilds the queues).
-            problem = topic_problem(topic) or ("a symbolic link" if os.path.islink(tdir)
+            problem = topic_problem(topic) or ("a symbolic link" if disk.islink(tdir)
                                                else None)
             if problem:
                 self.notes.append(f"ignored {DIR_NAME}/{topic[:80]!r}: {problem}")
                 continue
-            for qid in sorted(os.listdir(tdir)):
+            for qid in disk.listdir(tdir):
                 qdir = os.path.join(tdir, qid)
                 if (not qid.isdigit() or qid != str(int(qid)) or queue_id_problem(int(qid))
-                        or os.path.islink(qdir) or not os.path.isdir(qdir)):
+                        or disk.islink(qdir) or not disk.isdir(qdir)):
                     self.notes.append(f"ignored {os.path.join(topic, qid)}: not a queue directory")
                     continue
                 note = self._new(topic, int(qid)).load(commitlog_end, on_cut)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from store.segments import fsync_dir
+from store.disk import Disk, RealDisk
 
 FILE_NAME = "consumerOffset.json"
 log = logging.getLogger("dlab.store.offsets")
@@ -50,9 +50,10 @@ def _parse(text: str) -> dict[str, dict[int, int]]:
 
 
 class ConsumerOffsetTable:
-    def __init__(self, directory: str, *, before_rename: Callable[[], None] | None = None
-                 ) -> None:
+    def __init__(self, directory: str, *, before_rename: Callable[[], None] | None = None,
+                 disk: Disk | None = None) -> None:
         self.directory = directory
+        self.disk = disk or RealDisk()
         self.path = os.path.join(directory, FILE_NAME)
         self._table: dict[str, dict[int, int]] = {}
         self._lock = threading.Lock()  # the table
@@ -70,14 +71,13 @@ class ConsumerOffsetTable:
         return self._changes != self._persisted
 
     @classmethod
-    def load(cls, directory: str, *, before_rename: Callable[[], None] | None = None
-             ) -> ConsumerOffsetTable:
-        t = cls(directory, before_rename=before_rename)
+    def load(cls, directory: str, *, before_rename: Callable[[], None] | None = None,
+             disk: Disk | None = None) -> ConsumerOffsetTable:
+        t = cls(directory, before_rename=before_rename, disk=disk)
         problems = []
         for path in (t.path, t.path + ".bak"):
             try:
-                with open(path, "rb") as f:
-                    raw = f.read()
+                raw = t.disk.read_file(path)
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -126,16 +126,14 @@ class ConsumerOffsetTable:
                          for k, v in sorted(self._table.items())}
                 doc: dict[str, Any] = {"offsetTable": table}
                 changes = self._changes
-            os.makedirs(self.directory, exist_ok=True)
+            disk = self.disk
+            disk.makedirs(self.directory)
             tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(doc, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
+            disk.write_file(tmp, json.dumps(doc, indent=1).encode())
             if self._before_rename is not None:
                 self._before_rename()
-            if os.path.exists(self.path):
-                os.replace(self.path, self.path + ".bak")
-            os.replace(tmp, self.path)
-            fsync_dir(self.directory)
+            if disk.exists(self.path):
+                disk.rename(self.path, self.path + ".bak")
+            disk.rename(tmp, self.path)
+            disk.fsync_dir(self.directory)
             self._persisted = changes

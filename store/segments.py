@@ -9,13 +9,11 @@ directory fsync) before any byte goes into it.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from store.disk import Disk, DiskFile, RealDisk
 from store.record import MESSAGE_MAGIC
 
 NAME_DIGITS = 20
@@ -27,40 +25,13 @@ _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 WRITEBACK_STEP = 4 * 1024 * 1024
 
 
-def _libc_sync_file_range() -> Any:
-    """Linux's sync_file_range(2) (the os module has no binding), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _start_writeback(fd: int, pos: int, n: int) -> None:
-    """Ask the kernel to start writing [pos, pos+n) of `fd` to the disk now,
-    without waiting for it (SYNC_FILE_RANGE_WRITE). Only a head start for the
-    fsync that follows, which alone makes the bytes durable: a failure here
-    changes nothing and is ignored (the fsync reports any write error)."""
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, pos, n, _SYNC_FILE_RANGE_WRITE)
-
-
 def segment_name(start: int) -> str:
     return f"{start:0{NAME_DIGITS}d}"
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """fsync a directory of the real filesystem (for callers outside the store)."""
+    RealDisk().fsync_dir(path)
 
 
 @dataclass(frozen=True)
@@ -104,18 +75,20 @@ def infer_segment_size(starts: list[int], sizes: dict[int, int]) -> int | None:
     )
 
 
-def list_segments(commitlog_dir: str, expected_size: int | None = None) -> SegmentListing:
+def list_segments(commitlog_dir: str, expected_size: int | None = None,
+                  disk: Disk | None = None) -> SegmentListing:
     """List and check the segments. The segment size is `expected_size`, or
     inferred from the files (see infer_segment_size)."""
+    disk = disk or RealDisk()
     starts: list[int] = []
     sizes: dict[int, int] = {}
     stray: list[str] = []
-    for name in sorted(os.listdir(commitlog_dir)):
+    for name in disk.listdir(commitlog_dir):
         path = os.path.join(commitlog_dir, name)
-        if len(name) == NAME_DIGITS and name.isdigit() and os.path.isfile(path):
+        if len(name) == NAME_DIGITS and name.isdigit() and disk.isfile(path):
             start = int(name)
             starts.append(start)
-            sizes[start] = os.path.getsize(path)
+            sizes[start] = disk.size(path)
         else:
             stray.append(name)
     starts.sort()
@@ -132,7 +105,7 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None) -> Segme
                     f"commitlog/{name}: the file name is not a multiple of the segment size "
                     f"{seg_size} (a segment is named by its start offset, so this file was "
                     "renamed or made by hand); "
-                    + _rename_hint(os.path.join(commitlog_dir, name), seg_size)
+                    + _rename_hint(disk, os.path.join(commitlog_dir, name), seg_size)
                 )
             size = sizes[start]
             last = i == len(starts) - 1
@@ -156,12 +129,11 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None) -> Segme
     return SegmentListing(starts, sizes, seg_size, stray, problems, fatal)
 
 
-def _rename_hint(path: str, seg_size: int) -> str:
+def _rename_hint(disk: Disk, path: str, seg_size: int) -> str:
     """What to do with a misnamed segment: the name its first record's
     PHYSICALOFFSET gives it, where that is a segment start."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(36)
+        head = disk.read_file(path, 36)
     except OSError:
         head = b""
     if len(head) == 36 and int.from_bytes(head[4:8]) == MESSAGE_MAGIC:
@@ -175,48 +147,45 @@ def _rename_hint(path: str, seg_size: int) -> str:
 class Segment:
     """One open segment file. IO only: positions are relative to the file."""
 
-    def __init__(self, directory: str, start: int, size: int, fd: int) -> None:
+    def __init__(self, disk: Disk, directory: str, start: int, size: int,
+                 file: DiskFile) -> None:
+        self.disk = disk
         self.directory = directory
         self.start = start
         self.size = size
         self.end = start + size
         self.path = os.path.join(directory, segment_name(start))
-        self.fd = fd
+        self.file = file
         self.zeroed_to = 0  # the flush has written zeros or data below this
 
     @classmethod
-    def open(cls, directory: str, start: int, size: int) -> Segment:
-        fd = os.open(os.path.join(directory, segment_name(start)), os.O_RDWR)
-        seg = cls(directory, start, size, fd)
-        if os.fstat(fd).st_size < size:  # a short last segment: extend with zeros
-            os.ftruncate(fd, size)
-            os.fsync(fd)
+    def open(cls, disk: Disk, directory: str, start: int, size: int) -> Segment:
+        f = disk.open(os.path.join(directory, segment_name(start)))
+        seg = cls(disk, directory, start, size, f)
+        if f.size() < size:  # a short last segment: extend with zeros
+            f.truncate(size)
+            f.fsync()
         return seg
 
     @classmethod
-    def create(cls, directory: str, start: int, size: int) -> Segment:
+    def create(cls, disk: Disk, directory: str, start: int, size: int) -> Segment:
         path = os.path.join(directory, segment_name(start))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        f = disk.create(path)
         try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                os.ftruncate(fd, size)
-            os.fsync(fd)
-            fsync_dir(directory)
+            f.allocate(size)
+            f.fsync()
+            disk.fsync_dir(directory)
         except BaseException:
-            os.close(fd)
-            os.unlink(path)
+            f.close()
+            disk.unlink(path)
             raise
-        return cls(directory, start, size, fd)
+        return cls(disk, directory, start, size, f)
 
     def pwrite(self, pos: int, data: bytes | memoryview) -> None:
         assert pos >= 0 and pos + len(data) <= self.size, (pos, len(data), self.size)
         view = memoryview(data)
         while view:
-            n = os.pwrite(self.fd, view, pos)
+            n = self.file.pwrite(view, pos)
             view = view[n:]
             pos += n
 
@@ -228,6 +197,7 @@ class Segment:
         while the next is copied in, so the fsync after it waits for less."""
         total = sum(len(c) for c in chunks)
         assert pos >= 0 and pos + total <= self.size, (pos, total, self.size)
+        f = self.file
         i = 0
         while i < len(chunks):
             group = [chunks[i]]
@@ -237,21 +207,19 @@ class Segment:
                 group.append(chunks[i])
                 want += len(chunks[i])
                 i += 1
-            n = os.pwritev(self.fd, group, pos)
+            n = f.pwritev(group, pos)
             if n < want:  # short write: finish this group the slow way
                 self.pwrite(pos + n, b"".join(group)[n:])
             if total > WRITEBACK_STEP:
-                _start_writeback(self.fd, pos, want)
+                f.start_writeback(pos, want)
             pos += want
 
     def pread(self, pos: int, n: int) -> bytes:
         n = max(0, min(n, self.size - pos))
-        return os.pread(self.fd, n, pos)
+        return self.file.pread(n, pos)
 
     def sync(self) -> None:
-        os.fdatasync(self.fd)
+        self.file.fdatasync()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()

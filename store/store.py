@@ -36,9 +36,10 @@ from store.commitlog import CommitLog, StoreFailedError, apply_plan, open_segmen
 from store.config import KIB, ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
+from store.disk import Disk, DiskLock, RealDisk
 from store.emulate import RMQ_8239
 from store.failpoints import DISARMED, Failpoints
-from store.lock import StoreLock, StoreLockedError
+from store.lock import StoreLockedError
 from store.record import CorruptRecordError, Message
 from store.recovery import (
     Damage,
@@ -48,7 +49,7 @@ from store.recovery import (
     verify_range,
 )
 from store.reput import units as reput_units
-from store.segments import Segment, fsync_dir, list_segments, segment_name
+from store.segments import Segment, list_segments, segment_name
 from store.status import (
     GetMessagesResult,
     GetMessageStatus,
@@ -295,7 +296,7 @@ class MessageStore:
         path: str,
         config: StoreConfig,
         log: CommitLog,
-        lock: StoreLock,
+        lock: DiskLock,
         recovery: RecoveryReport,
         clock: Clock,
         failpoints: Failpoints,
@@ -340,8 +341,10 @@ class MessageStore:
         clock: Clock | None = None,
         failpoints: Failpoints | None = None,
         repair_source: RepairSource | None = None,
+        disk: Disk | None = None,
     ) -> MessageStore:
-        """Open (creating if needed) and recover the store at `path`. Raises
+        """Open (creating if needed) and recover the store at `path` on
+        `disk` (the real filesystem by default). Raises
         StoreLockedError, StoreOpenError or ConfigError with a message a user
         can act on; on any error the directory is left as it was found.
         Corruption of flushed data is handled by config.corruption_policy
@@ -350,22 +353,23 @@ class MessageStore:
         config = (config or StoreConfig()).validate()
         clock = clock or SystemClock()
         failpoints = failpoints or DISARMED
+        disk = disk or RealDisk()
         commitlog_dir = os.path.join(path, "commitlog")
-        found = _entries(path)
+        found = _entries(disk, path)
         try:
-            os.makedirs(commitlog_dir, exist_ok=True)
-            lock = StoreLock(os.path.join(path, "lock"))
+            disk.makedirs(commitlog_dir)
+            lock = disk.lock(os.path.join(path, "lock"))
         except OSError as exc:
-            _undo_open(path, found, holding_lock=False)
+            _undo_open(disk, path, found, holding_lock=False)
             raise StoreOpenError(_os_error_message(path, exc)) from None
         # StoreLockedError: another process holds the store; nothing to undo.
         try:
-            return cls._open_locked(path, config, clock, failpoints, lock, repair_source)
+            return cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source)
         except BaseException as exc:
             # Leave the directory as found: every entry this open created
             # (`abort` above all, which would make the next open abnormal)
             # goes, while the lock is still held.
-            _undo_open(path, found, holding_lock=True)
+            _undo_open(disk, path, found, holding_lock=True)
             lock.release()
             if isinstance(exc, OSError):
                 raise StoreOpenError(_os_error_message(path, exc)) from None
@@ -373,14 +377,14 @@ class MessageStore:
 
     @classmethod
     def _open_locked(
-        cls, path: str, config: StoreConfig, clock: Clock, failpoints: Failpoints, lock: StoreLock,
-        repair_source: RepairSource | None = None,
+        cls, path: str, config: StoreConfig, clock: Clock, failpoints: Failpoints,
+        lock: DiskLock, disk: Disk, repair_source: RepairSource | None = None,
     ) -> MessageStore:
         commitlog_dir = os.path.join(path, "commitlog")
         abort_path = os.path.join(path, "abort")
-        abnormal = os.path.exists(abort_path)
+        abnormal = disk.exists(abort_path)
         seg_size = config.segment_size_bytes
-        listing = list_segments(commitlog_dir)
+        listing = list_segments(commitlog_dir, disk=disk)
         if listing.segment_size and listing.segment_size != seg_size:
             raise StoreOpenError(
                 f"segments in {commitlog_dir} are {listing.segment_size} bytes but the "
@@ -391,13 +395,13 @@ class MessageStore:
             raise StoreOpenError(
                 f"store {path} cannot be opened safely:\n  " + "\n  ".join(listing.fatal)
             )
-        segments = open_segments(commitlog_dir, listing.starts, seg_size)
+        segments = open_segments(disk, commitlog_dir, listing.starts, seg_size)
         try:
-            checkpoint, cp_problem = read_checkpoint(os.path.join(path, "checkpoint"))
+            checkpoint, cp_problem = read_checkpoint(os.path.join(path, "checkpoint"), disk)
             plan, checkpoint, corruption = _recover(
                 path, listing.starts, segments, config, abnormal=abnormal,
                 checkpoint=checkpoint, checkpoint_problem=cp_problem,
-                repair_source=repair_source, failpoints=failpoints)
+                repair_source=repair_source, failpoints=failpoints, disk=disk)
             segments = apply_plan(plan, commitlog_dir, segments, seg_size, failpoints)
             if config.crash_model.value == "process" and segments:
                 segments[-1].sync()  # what the OS held is now durable too
@@ -406,26 +410,26 @@ class MessageStore:
                 corruption["summary"] = (f"{report.summary}; corruption of flushed data "
                                          f"{corruption['corruption_action']}")
             report = dataclasses.replace(report, **corruption)
-            with open(abort_path, "wb") as f:
-                f.write(str(os.getpid()).encode())
-                os.fsync(f.fileno())
-            fsync_dir(path)
-            cpf = CheckpointFile(os.path.join(path, "checkpoint"))
+            disk.write_file(abort_path, str(os.getpid()).encode())
+            disk.fsync_dir(path)
+            cpf = CheckpointFile(disk, os.path.join(path, "checkpoint"))
             if checkpoint:
                 cpf.last_ms = checkpoint.physic_ms
                 cpf.logics_ms = checkpoint.logics_ms
             log = CommitLog(
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
-                plan.last_store_timestamp_ms or 0, failpoints,
+                plan.last_store_timestamp_ms or 0, failpoints, disk=disk,
             )
             queues = ConsumeQueues(path, file_units=config.consume_queue_file_units,
-                                   write_through=config.crash_model == CrashModel.PROCESS)
+                                   write_through=config.crash_model == CrashModel.PROCESS,
+                                   disk=disk)
             queues.load(log.wrote, lambda: failpoints.hit("consume_queue_truncate"))
             floor = _reput_floor(plan, queues.max_end(), log.min_offset, log.wrote)
             try:
                 offsets = ConsumerOffsetTable.load(
                     os.path.join(path, "config"),
-                    before_rename=lambda: failpoints.hit("consumer_offsets_before_rename"))
+                    before_rename=lambda: failpoints.hit("consumer_offsets_before_rename"),
+                    disk=disk)
             except OffsetTableError as exc:
                 raise StoreOpenError(str(exc)) from None
             notes = queues.notes + ([offsets.note] if offsets.note else [])
@@ -928,26 +932,26 @@ class MessageStore:
             if problem is None:
                 try:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(self.path, "abort"))
-                    fsync_dir(self.path)
+                        self.log.disk.unlink(os.path.join(self.path, "abort"))
+                    self.log.disk.fsync_dir(self.path)
                 except OSError as exc:
                     problem = f"removing `abort` failed: {exc}"
             self.close_problem = problem
             self._lock.release()
 
 
-def _entries(path: str) -> set[str] | None:
+def _entries(disk: Disk, path: str) -> set[str] | None:
     """The names in `path` before an open (an empty set when it does not
     exist); None when they cannot be listed (nothing is undone then)."""
     try:
-        return set(os.listdir(path))
+        return set(disk.listdir(path))
     except FileNotFoundError:
         return set()
     except OSError:
         return None
 
 
-def _undo_open(path: str, found: set[str] | None, *, holding_lock: bool) -> None:
+def _undo_open(disk: Disk, path: str, found: set[str] | None, *, holding_lock: bool) -> None:
     """Remove what a failed open created in `path`: new files (`abort`,
     `lock`, `checkpoint`), new directories if empty (never a file in one),
     and `path` itself if the open made it. Best effort: the open's own error
@@ -955,7 +959,7 @@ def _undo_open(path: str, found: set[str] | None, *, holding_lock: bool) -> None
     if found is None:
         return
     try:
-        names = set(os.listdir(path))
+        names = set(disk.listdir(path))
     except OSError:
         return
     if not holding_lock:
@@ -963,17 +967,26 @@ def _undo_open(path: str, found: set[str] | None, *, holding_lock: bool) -> None
     for name in sorted(names - found):
         full = os.path.join(path, name)
         with contextlib.suppress(OSError):
-            if os.path.isdir(full) and not os.path.islink(full):
-                for root, _dirs, _files in os.walk(full, topdown=False):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(root)
+            if disk.isdir(full) and not disk.islink(full):
+                _remove_empty_dirs(disk, full)
             else:
-                os.unlink(full)
+                disk.unlink(full)
     with contextlib.suppress(OSError):
-        if not found and not os.listdir(path):
-            os.rmdir(path)
+        if not found and not disk.listdir(path):
+            disk.rmdir(path)
             return
-        fsync_dir(path)
+        disk.fsync_dir(path)
+
+
+def _remove_empty_dirs(disk: Disk, top: str) -> None:
+    """rmdir every directory under `top` (deepest first) and `top`; a
+    directory that holds a file stays, with its parents."""
+    for name in disk.listdir(top):
+        sub = os.path.join(top, name)
+        if disk.isdir(sub) and not disk.islink(sub):
+            _remove_empty_dirs(disk, sub)
+    with contextlib.suppress(OSError):
+        disk.rmdir(top)
 
 
 def _os_error_message(path: str, exc: OSError) -> str:
@@ -1039,7 +1052,7 @@ def _plan(starts: list[int], segments: list[Segment], seg_size: int, *, abnormal
     def read(start: int) -> memoryview:
         if start not in maps:
             seg = next(s for s in segments if s.start == start)
-            maps[start] = mmap.mmap(seg.fd, 0, prot=mmap.PROT_READ)
+            maps[start] = seg.file.map()
         return memoryview(maps[start])
 
     try:
@@ -1062,6 +1075,7 @@ def _recover(
     checkpoint_problem: str | None,
     repair_source: RepairSource | None,
     failpoints: Failpoints = DISARMED,
+    disk: Disk,
 ) -> tuple[RecoveryPlan, Checkpoint | None, dict[str, Any]]:
     """Plan recovery and apply the corruption policy to corruption of flushed
     data. Returns the plan to apply (a torn tail, or the damage TRUNCATE
@@ -1096,8 +1110,8 @@ def _recover(
                        "record(s) (%d bytes) past it are lost", path, what, damage.offset,
                        damage.records_past, damage.bytes_past)
             if checkpoint is not None:
-                checkpoint = lower_checkpoint(os.path.join(path, "checkpoint"), checkpoint,
-                                              plan.last_store_timestamp_ms or 0)
+                checkpoint = lower_checkpoint(disk, os.path.join(path, "checkpoint"),
+                                              checkpoint, plan.last_store_timestamp_ms or 0)
             return plan, checkpoint, {
                 "corruption": what, "corruption_action": "truncated",
                 "records_lost": damage.records_past, "bytes_lost": damage.bytes_past,

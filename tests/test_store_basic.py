@@ -399,19 +399,19 @@ def test_a_large_write_is_made_in_steps_each_started_on_the_disk(
     """Segment.pwritev writes more than WRITEBACK_STEP in steps, asking the
     kernel (sync_file_range) to start each on the disk before the next is
     copied in; the bytes land exactly, across step and chunk boundaries."""
-    from store import segments
+    from store import disk, segments
 
-    assert segments._SYNC_FILE_RANGE is not None, "Linux has sync_file_range"
+    assert disk._SYNC_FILE_RANGE is not None, "Linux has sync_file_range"
     started: list[tuple[int, int]] = []
-    real = segments._start_writeback
+    real = disk._start_writeback
 
     def spy(fd: int, pos: int, n: int) -> None:
         started.append((pos, n))
         real(fd, pos, n)
 
-    monkeypatch.setattr(segments, "_start_writeback", spy)
+    monkeypatch.setattr(disk, "_start_writeback", spy)
     step = segments.WRITEBACK_STEP
-    seg = segments.Segment.create(str(tmp_path), 0, 8 * step)
+    seg = segments.Segment.create(disk.RealDisk(), str(tmp_path), 0, 8 * step)
     try:
         rng = random.Random(5)
         chunks = [rng.randbytes(rng.randint(1, step // 3)) for _ in range(20)]
