@@ -9,6 +9,7 @@ for the same seed."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import random
@@ -21,13 +22,13 @@ from store_helpers import SEG, message
 
 from store.clock import ManualClock
 from store.commitlog import StoreFailedError
-from store.config import TESTING, CrashModel, FlushMode, StoreConfig
+from store.config import TESTING, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 from store.disk import Disk, DiskFaults, MemoryDisk, RealDisk
 from store.lock import StoreLockedError
 from store.record import Record
 from store.segments import segment_name
 from store.status import PutStatus
-from store.store import MessageStore, RecoveryReport
+from store.store import CorruptionRefusedError, MessageStore, RecoveryReport
 
 ROOT = "/sim/store"
 PROCESS = TESTING.with_(crash_model=CrashModel.PROCESS)
@@ -337,7 +338,13 @@ def test_latent_read_corruption_is_found_by_recovery() -> None:
     path = s.log.segments[0].path
     s.close_sync()
     disk.corrupt(path, at, at + 4)
-    records, report = _records(disk, ROOT)
+    # Flushed records follow the damage: the default policy refuses to open
+    # and names where; truncate (RocketMQ's) cuts there.
+    with pytest.raises(CorruptionRefusedError) as refused:
+        _open(disk, ROOT)
+    assert refused.value.damage.offset == s.log.segments[0].start + at - 150
+    records, report = _records(disk, ROOT, dataclasses.replace(
+        TESTING, corruption_policy=CorruptionPolicy.TRUNCATE))
     assert len(records) == 12 and report.first_bad_offset is not None
     assert disk.faults[0] == {"fault": "read-corruption", "path": path,
                               "start": at, "end": at + 4}
