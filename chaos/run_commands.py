@@ -52,7 +52,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="client retries of a failed send, same message id (default 0)")
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="every node re-introduces this known RocketMQ bug (repeatable; "
-                        "see `dlab chaos bugs`)")
+                        "see `dlab chaos bugs`; default: none)")
 
 
 def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -371,7 +371,8 @@ def register(sub: Any, bench_sub: Any) -> None:
                         "With --check, runs each scenario --runs times with and without the "
                         "switch and reports how often the checker caught it.")
     p.add_argument("--json", action="store_true", help="the corpus as JSON")
-    p.add_argument("--bug", action="append", default=[], help="only this bug (repeatable)")
+    p.add_argument("--bug", action="append", default=[],
+                   help="only this bug (repeatable; default: every bug)")
     p.add_argument("--check", action="store_true",
                    help="run every bug's scenario with and without its switch")
     p.add_argument("--runs", type=positive_int, default=5, help="seeds per side (default 5)")

@@ -162,6 +162,7 @@ def test_failpoints_apply_from_the_next_start(cluster: Cluster) -> None:
     with pytest.raises(BackendError, match="unknown failpoint"):
         cluster.b.set_failpoints("master", "nope=crash")
     cluster.b.set_failpoints("master", "after_append_before_flush=crash@2")
+    wait_until(lambda: cluster.slave_state() == "connected", 20, "replication")
     assert cluster.send(2) == ["PUT_OK", "PUT_OK"]  # not armed yet
     cluster.b.restart("master")
     wait_until(lambda: cluster.slave_state() == "connected", 20, "re-join")

@@ -44,8 +44,16 @@ def ok(*args: str) -> str:
     return r.stdout
 
 
-def status(d: str) -> dict[str, dict[str, object]]:
-    return {row["name"]: row for row in json.loads(ok("cluster", "status", "--dir", d, "--json"))}
+def status(d: str, *, down: str | None = None) -> dict[str, dict[str, object]]:
+    """`cluster status --json` by node; it exits 1 (naming the node) while
+    `down` is not running, 0 when every node answers."""
+    r = dlab("cluster", "status", "--dir", d, "--json")
+    assert "Traceback" not in r.stderr
+    if down is None:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode == 1 and down in r.stderr, (r.returncode, r.stderr)
+    return {row["name"]: row for row in json.loads(r.stdout)}
 
 
 def msg_ids(d: str, name: str) -> list[str | None]:
@@ -119,10 +127,11 @@ def test_master_refuses_then_repairs_from_its_slave(loaded: str) -> None:
     assert f"commitlog/{segment_name(bad - bad % SEGMENT)} at offset {bad}" in r.stderr
     assert f"holding {after} valid record(s)" in r.stderr
     assert "--corruption-policy repair" in r.stderr and "--corruption-policy truncate" in r.stderr
-    st = status(d)
+    st = status(d, down="master")
     assert st["master"]["state"] == "refused"
     assert f"corruption at {bad}" in str(st["master"]["refused"])
-    assert "refused" in ok("cluster", "status", "--dir", d)
+    shown = dlab("cluster", "status", "--dir", d)
+    assert shown.returncode == 1 and "refused" in shown.stdout
     assert no_lock(snapshot(data_dir(d, "master"))) == no_lock(before)
     assert not os.path.exists(os.path.join(data_dir(d, "master"), "abort"))
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ha_helpers import wait_connected
 
 from cluster.backends.interface import ClusterSpec, NodeSpec, NodeState
 from cluster.backends.local import LocalBackend
@@ -47,6 +48,7 @@ def test_each_failpoint_is_visited_only_where_it_belongs(backend: LocalBackend,
     token = secrets.token_hex(8)
     backend.up(_spec(os.path.join(tmp_path, "cluster"), master_fp=COUNT_ONLY,
                      slave_fp=COUNT_ONLY), token=token)
+    wait_connected(backend, token)  # SYNC_MASTER: a put before the link is SLAVE_NOT_AVAILABLE
     sends = 40
     with NodeClient(backend.node("master").address, token=token) as client:
         for i in range(sends):
