@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from typing import Any
 
+import grpc
+
+from cluster import consume_service
 from cluster.backend import Role
 from cluster.node import Node, NodeConfig
 from ha.config import HAConfig
-from ha.transport import MemoryNetwork
+from ha.transport import EOF, MasterStream, MemoryNetwork
+from proto import broker_pb2, ha_pb2
 from store.config import FlushMode, StoreConfig
 from store.flush_executor import InlineFlushExecutor
 from store.record import Message
@@ -81,20 +86,29 @@ def _run(main: Any) -> Any:
 
 
 def test_sync_master_put_waits_for_the_slaves_ack(tmp_path: Any) -> None:
-    async def main(loop: VirtualTimeLoop) -> tuple[PutResult, float, int]:
+    threads: set[str] = set()
+
+    async def main(loop: VirtualTimeLoop) -> tuple[PutResult, float, int, Any]:
         net = MemoryNetwork(loop, delay=lambda _msg: 0.005)  # 5 ms each way
         c = Cluster(loop, tmp_path, net)
         await c.start()
         t0 = loop.time()
         result = await c.put(1)
         waited = loop.time() - t0
-        assert c.slave.store is not None
+        threads.update(t.name for t in threading.enumerate())
+        assert c.slave.store is not None and c.master.store is not None
         slave_wrote = c.slave.store.log.wrote
+        # The consume side without gRPC too: what the Pull servicer calls.
+        pulled = consume_service.pull(c.master.store, broker_pb2.PullRequest(
+            topic="sim", queue_id=0, offset=0, max_count=8), c.master.role.value)
         await c.stop()
-        return result, waited, slave_wrote
+        return result, waited, slave_wrote, pulled
 
-    result, waited, slave_wrote = _run(main)
+    result, waited, slave_wrote, pulled = _run(main)
     assert result.status is PutStatus.PUT_OK, result
+    assert [m.body for m in pulled.messages] == [b"x" * 101], pulled
+    # No hidden threads: the flushes ran inline, the stream in memory.
+    assert threads == {threading.current_thread().name}, threads
     # The range went to the slave (5 ms) and its report came back (5 ms)
     # before the put was answered.
     assert abs(waited - 0.010) < 1e-6, waited
@@ -168,3 +182,69 @@ def test_same_inputs_same_event_log(tmp_path: Any) -> None:
     assert "slave reconnected" in text
     other = _scenario(tmp_path / "c", seed=8)
     assert [t for t, _w in other] != [t for t, _w in first]  # the seed matters
+
+
+def test_virtual_time_loop_jumps_to_the_next_timer() -> None:
+    async def main(loop: VirtualTimeLoop) -> list[tuple[float, str]]:
+        seen: list[tuple[float, str]] = []
+
+        async def sleeper(name: str, s: float) -> None:
+            await asyncio.sleep(s)
+            seen.append((loop.time(), name))
+
+        await asyncio.gather(sleeper("hour", 3600), sleeper("second", 1),
+                             sleeper("also a second", 1))
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            seen.append((loop.time(), "timeout"))
+        assert loop.clock().monotonic() == loop.time()
+        assert loop.clock().wall_ms() == loop.wall_ms() == 1_700_000_000_000 + 3_605_000
+        return seen
+
+    wall0 = time.monotonic()
+    seen = _run(main)
+    assert time.monotonic() - wall0 < 1.0
+    assert seen == [(1.0, "second"), (1.0, "also a second"), (3600.0, "hour"),
+                    (3605.0, "timeout")]
+
+
+def test_memory_stream_is_fifo_whatever_the_delays() -> None:
+    """A later message that draws a shorter delay still arrives after the
+    earlier ones (a gRPC stream never reorders); a partition holds them all
+    until heal; the master's abort status reaches the slave's call."""
+
+    async def main(loop: VirtualTimeLoop) -> tuple[list[int], list[float], Any, str]:
+        rng = random.Random(3)
+        net = MemoryNetwork(loop, delay=lambda _msg: rng.uniform(0.0, 0.05))
+        got: list[int] = []
+        at: list[float] = []
+
+        async def handler(stream: MasterStream) -> None:
+            while (msg := await stream.read()) is not EOF:
+                got.append(msg.max_offset)
+                at.append(loop.time())
+                if msg.max_offset == 99:
+                    await stream.abort(grpc.StatusCode.FAILED_PRECONDITION, "enough")
+
+        net.serve(MASTER, handler, token=TOKEN)
+        async with net.connector(SLAVE).open(MASTER, TOKEN) as call:
+            for i in range(50):
+                await call.write(ha_pb2.Report(max_offset=i, slave="s"))
+            await asyncio.sleep(1)  # every delay is under 50 ms
+            net.partition(MASTER, SLAVE)
+            for i in range(50, 100):
+                await call.write(ha_pb2.Report(max_offset=i, slave="s"))
+            await asyncio.sleep(10)
+            held_until = loop.time()
+            assert len(got) == 50
+            net.heal(MASTER, SLAVE)
+            end = await call.read()
+            assert at[-1] >= held_until
+            return got, at, end, await call.details()
+
+    got, at, end, details = _run(main)
+    assert got == list(range(100))
+    assert at == sorted(at)
+    assert end is EOF and details == "enough"
