@@ -139,8 +139,8 @@ class _GroupCommit:
 
     Where the flush runs: a new generation schedules a check at the end of
     the loop's current work. If no more puts came meanwhile (`puts_coming`,
-    the put path's signal: appends since the check was scheduled, or puts
-    submitted and not yet appended) — checked again one loop iteration
+    the put path's signal: bytes appended since the check was scheduled, or
+    puts submitted and not yet appended) — checked again one loop iteration
     later if some did — and at most INLINE_FLUSH_MAX_BYTES wait to be
     written, the loop flushes inline: every waiting put is waiting for this
     fsync anyway, and each cross-thread wake-up (kicking the thread, the
@@ -281,9 +281,8 @@ class MessageStore:
         self._open_batch: _PutBatch | None = None
         # The put path's signal to group commit that more puts are coming:
         # batches of puts submitted and not yet appended (store.put's and
-        # the node's coalescing count theirs here), and appends so far.
+        # the node's coalescing count theirs here).
         self.batches_pending = 0
-        self.appends = 0
         # A cap on coalesced puts, so that under load several flush groups
         # are in flight: one group's fsync runs while the next is encoded.
         self._max_coalesce = 32
@@ -477,7 +476,7 @@ class MessageStore:
         loop = self._loop = asyncio.get_running_loop()
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
             self._group = _GroupCommit(
-                self.log, loop, self._executor, self._puts_coming, lambda: self.appends,
+                self.log, loop, self._executor, self._puts_coming, lambda: self.log.wrote,
                 inline=not self.failpoints.armed("before_flush_sync"))
         else:
             if not self.config.flush_timed:
@@ -671,13 +670,13 @@ class MessageStore:
 
     # ------------------------------------------------------------------ puts
     def _puts_coming(self, mark: int) -> bool:
-        """More puts are on their way: appends since `mark` (a count of
-        `appends`), or batches submitted and not yet appended."""
-        return self.appends != mark or self.batches_pending > 0
+        """More puts are on their way: appended since `mark` (a `wrote`
+        position; a slave's ranges count too), or batches submitted and not
+        yet appended."""
+        return self.log.wrote != mark or self.batches_pending > 0
 
     def append(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append without waiting for any flush (the node's building block)."""
-        self.appends += 1
         if self._closing:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is shutting down")
                     for _ in messages]
