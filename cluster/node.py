@@ -47,7 +47,7 @@ from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
 from ha.transport import MemoryNetwork
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
-from store.clock import Clock, SystemClock
+from store.clock import Clock, LoopClock, SystemClock
 from store.config import ConfigError, StoreConfig
 from store.failpoints import Failpoints
 from store.flush_executor import FlushExecutor
@@ -597,9 +597,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
 
 async def serve(config: NodeConfig) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code."""
-    node = Node(config)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    node = Node(config, clock=LoopClock(loop))  # timers and deadlines: one clock
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
