@@ -27,6 +27,7 @@ from store.flush_executor import InlineFlushExecutor
 from store.record import Message
 from store.sim_loop import VirtualTimeLoop
 from store.status import PutResult, PutStatus
+from store.store import MessageStore
 
 MASTER = "10.0.0.1:7001"
 SLAVE = "10.0.0.2:7001"
@@ -248,3 +249,32 @@ def test_memory_stream_is_fifo_whatever_the_delays() -> None:
     assert got == list(range(100))
     assert at == sorted(at)
     assert end is EOF and details == "enough"
+
+
+def test_store_timers_and_timestamps_run_on_the_loops_clock(tmp_path: Any) -> None:
+    """The store alone: its interval flusher's thorough flush comes after
+    flush_thorough_interval_ms of virtual time, and records carry the
+    virtual wall clock."""
+    config = StoreConfig(segment_size_bytes=1 << 20, max_message_size_bytes=64 << 10,
+                         flush_mode=FlushMode.ASYNC_FLUSH, flush_least_pages=1000,
+                         flush_interval_ms=500, flush_thorough_interval_ms=10_000)
+
+    async def main(loop: VirtualTimeLoop) -> tuple[PutResult, list[tuple[float, int]], int]:
+        store = MessageStore.open(str(tmp_path), config, clock=loop.clock(),
+                                  executor=InlineFlushExecutor())
+        await store.start()
+        await asyncio.sleep(0.25)
+        result = await store.put(Message("sim", b"y" * 100, {"UNIQ_KEY": "s1"}))
+        seen = []
+        for _ in range(12):
+            await asyncio.sleep(1)
+            seen.append((loop.time(), store.log.flushed))
+        wrote = store.log.wrote
+        await store.close()
+        return result, seen, wrote
+
+    result, seen, wrote = _run(main)
+    assert result.status is PutStatus.PUT_OK
+    assert result.store_timestamp_ms == 1_700_000_000_250
+    assert [t for t, flushed in seen if flushed == 0] == [1.25 + i for i in range(9)]
+    assert all(flushed == wrote for t, flushed in seen if t > 10)
