@@ -138,11 +138,11 @@ class _GroupCommit:
     A put that finds no open generation opens the next one.
 
     Where the flush runs: a new generation schedules a check at the end of
-    the loop's current work. If no more puts came meanwhile (`puts_coming`,
-    the put path's signal: bytes appended since the check was scheduled, or
-    puts submitted and not yet appended) — checked again one loop iteration
-    later if some did — and at most INLINE_FLUSH_MAX_BYTES wait to be
-    written, the loop flushes inline: every waiting put is waiting for this
+    the loop's current work, which looks again one loop iteration later. If
+    no more puts came in that iteration (`puts_coming`, the put path's
+    signal: bytes appended since, or puts submitted and not yet appended)
+    and at most INLINE_FLUSH_MAX_BYTES wait to be written, the loop flushes
+    inline: every waiting put is waiting for this
     fsync anyway, and each cross-thread wake-up (kicking the thread, the
     thread waking the loop) costs more than it saves (see
     docs/performance-notes.md, "Group commit"). If puts keep coming, or the
@@ -172,7 +172,6 @@ class _GroupCommit:
         if gen is None:
             gen = self.open = _Generation()
             if self.inline:
-                self._mark = self._activity()
                 self.loop.call_soon(self._flush_when_idle, False)
                 return gen
         if not self.inline and not self._worker.kicked():
@@ -187,12 +186,15 @@ class _GroupCommit:
         if self._stopped or self.open is None:
             return
         big = self.log.dirty_bytes > INLINE_FLUSH_MAX_BYTES
-        if self._busy or big or self._puts_coming(self._mark):
-            if self._busy or big or retried:
-                self._worker.kick()
-            else:
-                self._mark = self._activity()
-                self.loop.call_soon(self._flush_when_idle, True)
+        if self._busy or big or (retried and self._puts_coming(self._mark)):
+            self._worker.kick()
+            return
+        if not retried:
+            # One more loop iteration first: what this one scheduled (the
+            # rest of a tick's puts, the HA shippers an append woke) runs
+            # before the loop may block in an fsync.
+            self._mark = self._activity()
+            self.loop.call_soon(self._flush_when_idle, True)
             return
         closed: list[_Generation | None] = []
 
