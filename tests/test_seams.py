@@ -22,6 +22,7 @@ from cluster.node import Node, NodeConfig
 from ha.config import HAConfig
 from ha.transport import EOF, MasterStream, MemoryNetwork
 from proto import broker_pb2, ha_pb2
+from store import sim_loop
 from store.config import FlushMode, StoreConfig
 from store.flush_executor import InlineFlushExecutor
 from store.record import Message
@@ -79,11 +80,7 @@ class Cluster:
 
 
 def _run(main: Any) -> Any:
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(main(loop))
-    finally:
-        loop.close()
+    return sim_loop.run(main)
 
 
 def test_sync_master_put_waits_for_the_slaves_ack(tmp_path: Any) -> None:
