@@ -31,6 +31,7 @@ from ha.session import (
     RemoteProtocolError,
     SendTruncate,
 )
+from ha.transport import EOF, MasterStream
 from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
 from store.clock import Clock
@@ -71,7 +72,7 @@ class _Stream:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     close: tuple[grpc.StatusCode, str] | None = None
     truncate_sent: int | None = None
-    context: grpc.aio.ServicerContext | None = None  # the call: is it over?
+    context: MasterStream | None = None  # the call: is it over?
 
     def close_with(self, code: grpc.StatusCode, reason: str) -> None:
         if self.close is None:
@@ -166,6 +167,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
 
     # -------------------------------------------------------- servicer
     async def Replicate(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        await self.serve(context)
+
+    async def serve(self, context: MasterStream) -> None:
+        """Serve one replication stream (over gRPC, or any ha/transport.py
+        MasterStream) until it ends."""
         first = await self._first_report(context)
         if first is None:
             return
@@ -185,7 +191,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 log.info("slave %s: could not send the close status (%s)",
                          stream.session.slave, exc)
 
-    async def _first_report(self, context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
+    async def _first_report(self, context: MasterStream) -> ha_pb2.Report | None:
         """The report that opens a stream (aborts the call if there is none)."""
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "master is shutting down")
@@ -244,7 +250,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         self._on_report(stream, first.max_offset)
         return stream
 
-    async def _run_stream(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+    async def _run_stream(self, context: MasterStream, stream: _Stream) -> None:
         """Reader and shipper until either ends the stream."""
         tasks = [asyncio.create_task(self._read_loop(context, stream)),
                  asyncio.create_task(self._ship_loop(context, stream))]
@@ -324,11 +330,14 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             assert isinstance(decision, Ignore)
         stream.wake.set()
 
-    async def _read_loop(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+    async def _read_loop(self, context: MasterStream, stream: _Stream) -> None:
         housekeeping_s = self.config.housekeeping_interval_ms / 1000
+        session = stream.session
         while stream.close is None:
             try:
-                async with asyncio.timeout(housekeeping_s):
+                # Until the session expires by its own rule (no report for
+                # the housekeeping interval).
+                async with asyncio.timeout(session.expires_in(self.clock.monotonic())):
                     report = await _read_report(context)
             except RemoteProtocolError as exc:
                 log.warning("closing stream of slave %s: %s", stream.session.slave, exc)
@@ -344,7 +353,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 return
             self._on_report(stream, report.max_offset)
 
-    async def _ship_loop(self, context: grpc.aio.ServicerContext, stream: _Stream) -> None:
+    async def _ship_loop(self, context: MasterStream, stream: _Stream) -> None:
         session = stream.session
         ship_flushed = self.config.ship_limit == ShipLimit.FLUSHED
         flush_poll_s = self.store.config.flush_interval_ms / 1000
@@ -385,14 +394,14 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                     await stream.wake.wait()
 
 
-async def _read_report(context: grpc.aio.ServicerContext) -> ha_pb2.Report | None:
+async def _read_report(context: MasterStream) -> ha_pb2.Report | None:
     """The next report, None at the end of the stream; RemoteProtocolError
     for bytes that are not a Report."""
     try:
         msg = await context.read()
     except DecodeError as exc:
         raise RemoteProtocolError(f"malformed report (not a dlab.ha.Report): {exc}") from None
-    if msg is grpc.aio.EOF:
+    if msg is EOF:
         return None
     assert isinstance(msg, ha_pb2.Report)
     return msg

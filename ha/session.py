@@ -190,6 +190,10 @@ class MasterSession:
         """No report for the housekeeping interval: the slave is gone."""
         return now - self.last_report >= self.config.housekeeping_interval_ms / 1000
 
+    def expires_in(self, now: float) -> float:
+        """Seconds until expired(now) holds, if no report comes first."""
+        return max(0.0, self.last_report + self.config.housekeeping_interval_ms / 1000 - now)
+
     def wake_in(self, now: float) -> float:
         """Seconds until a heartbeat or the housekeeping check is due."""
         hb = self.last_sent + self.config.heartbeat_interval_ms / 1000 - now

@@ -29,8 +29,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from ha import frames
 from ha.config import HAConfig
-from ha.credentials import token_metadata
 from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
+from ha.transport import EOF, HA_CHANNEL_OPTIONS, GrpcConnector, HAConnector, SlaveCall
 from proto import ha_pb2
 from store.clock import Clock
 from store.commitlog import OffsetMismatchError, RangeRejectedError, StoreFailedError
@@ -41,17 +41,7 @@ from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.slave")
 
-# Ranges up to the batch size plus one maximal record, with room to spare;
-# the largest HTTP/2 frames, so a 1 MiB range is not cut into 16 KiB frames
-# (see docs/performance-notes.md, "Slave catch-up").
-HA_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
-    ("grpc.max_send_message_length", 128 * 1024 * 1024),
-    ("grpc.http2.max_frame_size", 16 * 1024 * 1024 - 1),
-]
-
-
-REPLICATE_METHOD = f"/{ha_pb2.DESCRIPTOR.services_by_name['HA'].full_name}/Replicate"
+__all__ = ["HA_CHANNEL_OPTIONS", "HASlave", "MasterLinkState", "StreamEnded"]
 
 
 # Under the power crash model the ranges applied but not yet flushed are held
@@ -83,8 +73,10 @@ class MasterLinkState:
 
 class HASlave:
     def __init__(self, store: MessageStore, *, name: str, master_address: str, token: str,
-                 config: HAConfig, clock: Clock, failpoints: Failpoints) -> None:
+                 config: HAConfig, clock: Clock, failpoints: Failpoints,
+                 connector: HAConnector | None = None) -> None:
         self.store = store
+        self.connector: HAConnector = connector or GrpcConnector()
         self.log = store.log
         self.name = name
         self.master_address = master_address
@@ -156,14 +148,7 @@ class HASlave:
         self.link.state = "connecting"
         self.link.connects += 1
         try:
-            async with grpc.aio.insecure_channel(self.master_address,
-                                                 options=HA_CHANNEL_OPTIONS) as channel:
-                # Raw responses: ranges are decoded by ha/frames.py, which
-                # takes their data without copying it out of a message.
-                replicate = channel.stream_stream(
-                    REPLICATE_METHOD, request_serializer=ha_pb2.Report.SerializeToString,
-                    response_deserializer=None)
-                call = replicate(metadata=token_metadata(self.token))
+            async with self.connector.open(self.master_address, self.token) as call:
                 await self._serve(call)
         except StreamEnded as exc:
             self._note_end(str(exc))
@@ -177,7 +162,7 @@ class HASlave:
         log.warning("replication stream to %s ended: %s", self.master_address, reason)
 
     # ------------------------------------------------------------ stream
-    async def _serve(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _serve(self, call: SlaveCall) -> None:
         loop = asyncio.get_running_loop()
         now = self.clock.monotonic()
         session = SlaveSession(self.log.wrote, self.config, now=now)
@@ -203,7 +188,7 @@ class HASlave:
                                       "(housekeeping interval)") from None
                 if writer.done():
                     writer.result()  # surface the writer's error
-                if msg is grpc.aio.EOF:
+                if msg is EOF:
                     status = await call.code()
                     details = await call.details()
                     raise StreamEnded(f"master ended the stream: {status.name} {details}")
@@ -342,12 +327,12 @@ class HASlave:
         task.add_done_callback(lambda _t: self._kick_flush() if not self._stopping else None)
         self._flush_task = task
 
-    async def _report(self, call: grpc.aio.StreamStreamCall, session: SlaveSession) -> None:
+    async def _report(self, call: SlaveCall, session: SlaveSession) -> None:
         await call.write(ha_pb2.Report(max_offset=session.max_offset, slave=self.name))
         session.reported(now=self.clock.monotonic())
         self.link.reported = session.max_offset
 
-    async def _report_loop(self, call: grpc.aio.StreamStreamCall, session: SlaveSession,
+    async def _report_loop(self, call: SlaveCall, session: SlaveSession,
                            want: asyncio.Event) -> None:
         heartbeat_s = self.config.heartbeat_interval_ms / 1000
         while True:

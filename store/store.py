@@ -8,7 +8,9 @@ recovers the CommitLog (store/recovery.py decides, commitlog.py cuts
 crash-safely), then creates `abort`. Closing flushes everything, syncs the
 checkpoint, removes `abort`, releases the lock.
 
-Flush services run on the event loop; file IO runs on one flusher thread.
+Flush services run on the event loop; file IO runs on the flush executor
+(store/flush_executor.py: a flusher thread in production, inline on the
+loop in a simulation).
 SYNC_FLUSH is group commit: every put waiting at the moment a flush starts
 waits on the same future, so one fsync and one wake-up serve them all.
 """
@@ -16,7 +18,6 @@ waits on the same future, so one fsync and one wake-up serve them all.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import errno
@@ -39,6 +40,7 @@ from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.disk import Disk, DiskLock, RealDisk
 from store.emulate import RMQ_8239
 from store.failpoints import DISARMED, Failpoints
+from store.flush_executor import FlushExecutor, ThreadFlushExecutor
 from store.lock import StoreLockedError
 from store.record import CorruptRecordError, Message
 from store.recovery import (
@@ -164,8 +166,8 @@ INLINE_FLUSH_MAX_BYTES = 256 * KIB
 
 
 class _GroupCommit:
-    """SYNC_FLUSH group commit: on the event loop when it is idle, else on a
-    flush thread.
+    """SYNC_FLUSH group commit: on the event loop when it is idle, else on the
+    flush executor's worker (a thread in production).
 
     Ordering: a put appends, THEN joins the open generation (both on the loop
     thread). A flush closes the open generation under the append lock at the
@@ -174,30 +176,34 @@ class _GroupCommit:
     A put that finds no open generation opens the next one.
 
     Where the flush runs: a new generation schedules a check at the end of
-    the loop's current work. If nothing else is ready by then (at most one
-    more loop iteration) and at most INLINE_FLUSH_MAX_BYTES wait to be
-    written, the loop flushes inline: every waiting put is
-    waiting for this fsync anyway, and each cross-thread wake-up (kicking the
-    thread, the thread waking the loop) costs more than it saves (see
-    docs/performance-notes.md, "Group commit"). If the loop is still
-    busy, or the thread is flushing, the thread takes it and the fsync overlaps
-    the loop's work; it hands results back with one call_soon_threadsafe per
-    flush. A store with the before_flush_sync or flush_before_write
-    failpoint armed (a delay there is a slow disk or a stalled flusher)
-    always uses the thread, so a slow fsync never blocks the loop."""
+    the loop's current work, which looks again one loop iteration later. If
+    no more puts came in that iteration (`puts_coming`, the put path's
+    signal: bytes appended since, or puts submitted and not yet appended)
+    and at most INLINE_FLUSH_MAX_BYTES wait to be written, the loop flushes
+    inline: every waiting put is waiting for this
+    fsync anyway, and each cross-thread wake-up (kicking the thread, the
+    thread waking the loop) costs more than it saves (see
+    docs/performance-notes.md, "Group commit"). If puts keep coming, or the
+    worker is flushing, the worker takes it and the fsync overlaps the
+    loop's work; it hands results back with one to_loop call per flush. A
+    store with the before_flush_sync or flush_before_write failpoint armed
+    (a delay there is a slow disk or a stalled flusher) always uses the
+    worker, so a slow fsync never blocks the loop."""
 
-    def __init__(self, log: CommitLog, loop: asyncio.AbstractEventLoop, *,
-                 inline: bool = True) -> None:
+    def __init__(self, log: CommitLog, loop: asyncio.AbstractEventLoop,
+                 executor: FlushExecutor, puts_coming: Callable[[int], bool],
+                 activity: Callable[[], int], *, inline: bool = True) -> None:
         self.log = log
         self.loop = loop
         self.inline = inline
         self.open: _Generation | None = None
         self._closed: _Generation | None = None
-        self._kick = threading.Event()
-        self._stop = False
-        self._busy = False  # the thread is flushing
-        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
-        self._thread.start()
+        self._puts_coming = puts_coming
+        self._activity = activity
+        self._mark = 0
+        self._busy = False  # the worker is flushing
+        self._stopped = False
+        self._worker = executor.worker(loop, self._flush_on_worker)
 
     def join_generation(self) -> _Generation:
         gen = self.open
@@ -206,30 +212,27 @@ class _GroupCommit:
             if self.inline:
                 self.loop.call_soon(self._flush_when_idle, False)
                 return gen
-        if not self.inline and not self._kick.is_set():
+        if not self.inline and not self._worker.kicked():
             # No time.sleep(0) to hand the flush thread the GIL at once: it
             # made the loop wait for the switch on every generation, fewer
             # puts/s than letting the thread start when the loop next blocks
             # (see docs/performance-notes.md, "Group commit").
-            self._kick.set()
+            self._worker.kick()
         return gen
 
-    def _loop_has_work(self) -> bool:
-        # asyncio's ready queue (a private attribute of the standard loop);
-        # a loop without one is treated as busy, which hands flushes to the
-        # thread as before.
-        ready = getattr(self.loop, "_ready", None)
-        return ready is None or len(ready) > 0
-
     def _flush_when_idle(self, retried: bool) -> None:
-        if self._stop or self.open is None:
+        if self._stopped or self.open is None:
             return
         big = self.log.dirty_bytes > INLINE_FLUSH_MAX_BYTES
-        if self._busy or big or self._loop_has_work():
-            if self._busy or big or retried:
-                self._kick.set()
-            else:
-                self.loop.call_soon(self._flush_when_idle, True)
+        if self._busy or big or (retried and self._puts_coming(self._mark)):
+            self._worker.kick()
+            return
+        if not retried:
+            # One more loop iteration first: what this one scheduled (the
+            # rest of a tick's puts, the HA shippers an append woke) runs
+            # before the loop may block in an fsync.
+            self._mark = self._activity()
+            self.loop.call_soon(self._flush_when_idle, True)
             return
         closed: list[_Generation | None] = []
 
@@ -248,46 +251,38 @@ class _GroupCommit:
         if outcome == "failed":
             self._fail_open()
 
-    def _close_open(self) -> None:  # flush thread, under the append lock
+    def _close_open(self) -> None:  # on the worker, under the append lock
         self._closed, self.open = self.open, None
 
-    def _run(self) -> None:
-        while True:
-            self._kick.wait()
-            self._kick.clear()
-            if self._stop:
-                return
-            self._busy = True
-            try:
-                self.log.flush(self._close_open)
-                outcome = "ok"
-            except StoreFailedError:
-                outcome = "failed"
-            finally:
-                self._busy = False
-            gen, self._closed = self._closed, None
-            if gen is not None:
-                try:
-                    self.loop.call_soon_threadsafe(gen.resolve, outcome)
-                except RuntimeError:  # loop closed under us: nobody is waiting
-                    return
-            if outcome == "failed":
-                # Fail everyone still waiting; new puts are refused by append.
-                self._fail_open()
-                return
+    def _flush_on_worker(self) -> bool:
+        """One flush on the worker; False ends the worker."""
+        self._busy = True
+        try:
+            self.log.flush(self._close_open)
+            outcome = "ok"
+        except StoreFailedError:
+            outcome = "failed"
+        finally:
+            self._busy = False
+        gen, self._closed = self._closed, None
+        if gen is not None and not self._worker.to_loop(gen.resolve, outcome):
+            return False  # the loop is gone: nobody is waiting
+        if outcome == "failed":
+            # Fail everyone still waiting; new puts are refused by append.
+            self._fail_open()
+            return False
+        return True
 
     def _fail_open(self) -> None:
         with self.log._lock:
             self._close_open()
         gen, self._closed = self._closed, None
         if gen is not None:
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(gen.resolve, "failed")
+            self._worker.to_loop(gen.resolve, "failed")
 
     def stop(self) -> None:
-        self._stop = True
-        self._kick.set()
-        self._thread.join()
+        self._stopped = True
+        self._worker.stop()
 
 
 class MessageStore:
@@ -300,6 +295,7 @@ class MessageStore:
         recovery: RecoveryReport,
         clock: Clock,
         failpoints: Failpoints,
+        executor: FlushExecutor | None = None,
     ) -> None:
         self.path = path
         self.config = config
@@ -308,7 +304,7 @@ class MessageStore:
         self.recovery = recovery
         self.clock = clock
         self.failpoints = failpoints
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flusher")
+        self._executor: FlushExecutor = executor or ThreadFlushExecutor()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._closed = False
@@ -323,6 +319,10 @@ class MessageStore:
         self._least_dirty = config.flush_least_pages * config.page_size_bytes
         self.backpressure_flushes = 0  # appends that flushed (max_unflushed_bytes)
         self._open_batch: _PutBatch | None = None
+        # The put path's signal to group commit that more puts are coming:
+        # batches of puts submitted and not yet appended (store.put's and
+        # the node's coalescing count theirs here).
+        self.batches_pending = 0
         # A cap on coalesced puts, so that under load several flush groups
         # are in flight: one group's fsync runs while the next is encoded.
         self._max_coalesce = 32
@@ -342,6 +342,7 @@ class MessageStore:
         failpoints: Failpoints | None = None,
         repair_source: RepairSource | None = None,
         disk: Disk | None = None,
+        executor: FlushExecutor | None = None,
     ) -> MessageStore:
         """Open (creating if needed) and recover the store at `path` on
         `disk` (the real filesystem by default). Raises
@@ -364,7 +365,7 @@ class MessageStore:
             raise StoreOpenError(_os_error_message(path, exc)) from None
         # StoreLockedError: another process holds the store; nothing to undo.
         try:
-            return cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source)
+            store = cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source)
         except BaseException as exc:
             # Leave the directory as found: every entry this open created
             # (`abort` above all, which would make the next open abnormal)
@@ -374,6 +375,9 @@ class MessageStore:
             if isinstance(exc, OSError):
                 raise StoreOpenError(_os_error_message(path, exc)) from None
             raise
+        if executor is not None:  # where file IO runs (store/flush_executor.py)
+            store._executor = executor
+        return store
 
     @classmethod
     def _open_locked(
@@ -512,7 +516,8 @@ class MessageStore:
         if self.config.flush_mode == FlushMode.SYNC_FLUSH:
             stalls = ("before_flush_sync", "flush_before_write")
             self._group = _GroupCommit(
-                self.log, loop, inline=not any(map(self.failpoints.armed, stalls)))
+                self.log, loop, self._executor, self._puts_coming, lambda: self.log.wrote,
+                inline=not any(map(self.failpoints.armed, stalls)))
         else:
             if not self.config.flush_timed:
                 self._flush_wakeup = asyncio.Event()
@@ -676,7 +681,7 @@ class MessageStore:
             self.log._queue_offsets = self.queues.next_queue_offsets()
 
     async def _run(self, fn: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._executor.run(fn)
 
     async def _interval_flush(self) -> None:
         cfg = self.config
@@ -709,6 +714,12 @@ class MessageStore:
                 await self._run(self.log.sync_checkpoint)
 
     # ------------------------------------------------------------------ puts
+    def _puts_coming(self, mark: int) -> bool:
+        """More puts are on their way: appended since `mark` (a `wrote`
+        position; a slave's ranges count too), or batches submitted and not
+        yet appended."""
+        return self.log.wrote != mark or self.batches_pending > 0
+
     def append(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append without waiting for any flush (the node's building block)."""
         if self._closing:
@@ -742,7 +753,7 @@ class MessageStore:
             return
         if self._group is None:
             raise RuntimeError("store.start() was not called")
-        deadline = self._group.loop.time() + self.config.sync_flush_timeout_ms / 1000
+        deadline = self.clock.monotonic() + self.config.sync_flush_timeout_ms / 1000
         self._flush_callback(end, done, deadline)
 
     async def wait_flushed(self, end: int) -> PutStatus:
@@ -772,6 +783,7 @@ class MessageStore:
         batch = self._open_batch
         if batch is None or len(batch.messages) >= self._max_coalesce:
             batch = self._open_batch = _PutBatch()
+            self.batches_pending += 1
             loop.call_soon(self._drain, batch)
         fut: asyncio.Future[PutResult] = loop.create_future()
         batch.messages.append(message)
@@ -787,6 +799,7 @@ class MessageStore:
         if batch.drained:
             return  # drained early, when it filled up
         batch.drained = True
+        self.batches_pending -= 1
         if self._open_batch is batch:
             self._open_batch = None
         results = self.append(batch.messages)
@@ -819,14 +832,15 @@ class MessageStore:
         if gen.timer is None:
             # One timer per generation: puts that join later get at most one
             # flush cycle less than sync_flush_timeout_ms.
-            gen.timer = group.loop.call_at(deadline, gen.resolve, "timeout")
+            gen.timer = group.loop.call_later(deadline - self.clock.monotonic(),
+                                              gen.resolve, "timeout")
 
         def on_flush(outcome: str) -> None:
             if outcome == "failed":
                 done(PutStatus.SERVICE_NOT_AVAILABLE)
             elif self.log.flushed >= end:
                 done(PutStatus.PUT_OK)
-            elif outcome == "timeout" or group.loop.time() >= deadline:
+            elif outcome == "timeout" or self.clock.monotonic() >= deadline:
                 done(PutStatus.FLUSH_DISK_TIMEOUT)
             else:
                 self._flush_callback(end, done, deadline)
@@ -883,13 +897,13 @@ class MessageStore:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         if self._group is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._group.stop)
+            await self._executor.run_blocking(self._group.stop)
             if self._group.open is not None:
                 self._group.open.resolve("failed")
         try:
             await self._run(self._close_files)
         finally:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown()
             self._closed = True
 
     def close_sync(self) -> None:
@@ -902,7 +916,7 @@ class MessageStore:
         try:
             self._close_files()
         finally:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown()
             self._closed = True
 
     def _close_files(self) -> None:

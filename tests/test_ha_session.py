@@ -130,6 +130,9 @@ def test_heartbeat_and_housekeeping_follow_the_clock_passed_in() -> None:
     assert s.expired(5.0)  # no report for the housekeeping interval
     s.on_report(0, master_wrote=0, master_min=0, now=4.9)
     assert not s.expired(5.0)
+    # The master's reader waits exactly until expired() holds.
+    assert s.expires_in(5.0) == pytest.approx(4.9)
+    assert s.expired(5.0 + s.expires_in(5.0)) and s.expires_in(20.0) == 0.0
 
 
 # -------------------------------------------------------------- slave side

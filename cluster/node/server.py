@@ -46,10 +46,12 @@ from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
+from ha.transport import MemoryNetwork
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
-from store.clock import Clock, SystemClock
+from store.clock import Clock, LoopClock, SystemClock
 from store.config import ConfigError, CorruptionPolicy, StoreConfig
 from store.failpoints import Failpoints
+from store.flush_executor import FlushExecutor
 from store.record import CorruptRecordError, Message
 from store.status import PutResult, PutStatus, worse
 from store.store import MessageStore
@@ -117,9 +119,20 @@ def _plain(v: Any) -> Any:
 
 
 class Node:
-    def __init__(self, config: NodeConfig, *, clock: Clock | None = None) -> None:
+    """`clock` must be the loop's time (SystemClock on asyncio's own loops,
+    VirtualTimeLoop.clock() on a simulated one); `executor` is where the
+    store's file IO runs (store/flush_executor.py); with `network` (an
+    ha/transport.py MemoryNetwork) the node serves no gRPC: its HA stream
+    runs over that network at its `listen` address, and puts, status and
+    pulls are the methods below (what the servicers call)."""
+
+    def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
+                 executor: FlushExecutor | None = None,
+                 network: MemoryNetwork | None = None) -> None:
         self.config = config.validate()
         self.clock = clock or SystemClock()
+        self.executor = executor
+        self.network = network
         self.failpoints = Failpoints(config.failpoints)
         self.role = config.role
         self.store: MessageStore | None = None
@@ -149,9 +162,13 @@ class Node:
                   if cfg.store.corruption_policy is CorruptionPolicy.REPAIR and repair_from
                   else None)
         self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
-                                       failpoints=self.failpoints, repair_source=source)
+                                       failpoints=self.failpoints, repair_source=source,
+                                       executor=self.executor)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
         await self.store.start()
+        if self.network is not None:
+            self._start_in_memory(self.network)
+            return
         self.server = grpc.aio.server(
             interceptors=[TokenInterceptor(cfg.token), MalformedRequestInterceptor()],
             # No SO_REUSEPORT: a second node on the same port must fail to
@@ -196,6 +213,25 @@ class Node:
             log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
                         ", ".join(sorted(store_cfg.emulate)))
 
+    def _start_in_memory(self, network: MemoryNetwork) -> None:
+        """HA over `network` instead of gRPC. (A slave's consumer offset
+        copy is a gRPC client call with no in-memory twin yet: not run.)"""
+        cfg = self.config
+        store = self.store
+        assert store is not None
+        self.port = int(cfg.listen.rpartition(":")[2])
+        if self.role != Role.SLAVE:
+            self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
+                                      failpoints=self.failpoints)
+            network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
+        else:
+            assert cfg.master is not None
+            self.ha_slave = HASlave(store, name=cfg.name, master_address=cfg.master,
+                                    token=cfg.token, config=cfg.ha, clock=self.clock,
+                                    failpoints=self.failpoints,
+                                    connector=network.connector(cfg.listen))
+            self.ha_slave.start()
+
     async def stop(self) -> None:
         """Clean shutdown: stop accepting, finish in-flight calls, stop HA,
         close the store (flush, checkpoint, remove `abort`)."""
@@ -213,6 +249,8 @@ class Node:
             await self.ha_slave.stop()
         if self.ha_master is not None:
             await self.ha_master.close()
+            if self.network is not None:
+                self.network.unserve(self.config.listen)
         if self.server is not None:
             await self.server.stop(self.config.shutdown_grace_s)
         if self._offset_sync is not None:
@@ -221,8 +259,8 @@ class Node:
                 await self._offset_sync
         # Puts still waiting for their flush or replica (each wait ends by
         # its own timeout at the latest): answered before the store closes.
-        deadline = asyncio.get_running_loop().time() + 30
-        while self._unanswered and asyncio.get_running_loop().time() < deadline:
+        deadline = self.clock.monotonic() + 30
+        while self._unanswered and self.clock.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if self.store is not None:
             await self.store.close()
@@ -271,6 +309,7 @@ class Node:
         batch = self._open_batch
         if batch is None:
             batch = self._open_batch = _Batch()
+            self.store.batches_pending += 1  # group commit: more puts are coming
             loop.call_soon(self._drain, batch)
         start = len(batch.messages)
         batch.messages.extend(messages)
@@ -293,6 +332,7 @@ class Node:
         self._open_batch = None
         store = self.store
         assert store is not None
+        store.batches_pending -= 1
         try:
             results = store.append(batch.messages)
         except Exception as exc:  # a bug: answer the batch, never leave it hanging
@@ -579,9 +619,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
 
 async def serve(config: NodeConfig) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code."""
-    node = Node(config)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    node = Node(config, clock=LoopClock(loop))  # timers and deadlines: one clock
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:

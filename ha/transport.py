@@ -1,0 +1,343 @@
+"""The HA transport seam: the replication stream without a network stack.
+
+The master serves each slave stream through a MasterStream (what its
+servicer uses of a grpc.aio ServicerContext); the slave opens its stream
+with an HAConnector and talks through a SlaveCall (what it uses of a
+grpc.aio StreamStreamCall). The vocabulary is gRPC's, whichever twin
+carries the bytes: grpc.StatusCode for how a stream ended, grpc.aio.EOF for
+its end, grpc.aio.AbortError raised by abort(), grpc.aio.AioRpcError for a
+call that failed.
+
+Two twins:
+- gRPC (production): the servicer context and the call themselves satisfy
+  the protocols; GrpcConnector opens the channel and the call exactly as
+  the slave always has.
+- MemoryNetwork (tests, the simulation): streams are two FIFO queues on the
+  event loop. Each message is delivered after `delay(message)` seconds of
+  loop time (default 0: on the next loop iteration), never before a message
+  written earlier on the same stream (a gRPC stream is FIFO). `partition`
+  holds deliveries between two addresses until `heal`; `reset` ends every
+  stream of an address (the master's handler is cancelled, the slave's next
+  read fails UNAVAILABLE). No thread, no socket, no wall clock: on a
+  VirtualTimeLoop (store/sim_loop.py) a run is reproducible; randomness,
+  if any, comes from the `delay` the caller passes (one seeded generator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+from ha.credentials import token_metadata
+from proto import ha_pb2
+
+EOF = grpc.aio.EOF
+REPLICATE_METHOD = f"/{ha_pb2.DESCRIPTOR.services_by_name['HA'].full_name}/Replicate"
+
+
+class MasterStream(Protocol):
+    """The master's end of one replication stream."""
+
+    async def read(self) -> Any:
+        """The next ha_pb2.Report, or EOF when the slave closed its side."""
+        ...
+
+    async def write(self, message: bytes) -> None:
+        """One encoded MasterMessage (ha/frames.py)."""
+        ...
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        """End the stream with this status (raises grpc.aio.AbortError)."""
+        ...
+
+    def peer(self) -> str: ...
+
+    def done(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
+
+
+class SlaveCall(Protocol):
+    """The slave's end of one replication stream."""
+
+    async def write(self, request: ha_pb2.Report) -> None: ...
+
+    def read(self) -> Awaitable[Any]:
+        """The next encoded MasterMessage (bytes), or EOF once the master
+        ended the stream (then code() and details() say how)."""
+        ...
+
+    async def code(self) -> grpc.StatusCode: ...
+
+    async def details(self) -> str: ...
+
+    def cancel(self) -> bool: ...
+
+
+class HAConnector(Protocol):
+    def open(self, address: str, token: str) -> contextlib.AbstractAsyncContextManager[SlaveCall]:
+        """Open a replication stream to the master at `address`; closing the
+        context releases what the stream holds (the channel)."""
+        ...
+
+
+# -------------------------------------------------------------------- gRPC
+# Ranges up to the batch size plus one maximal record, with room to spare;
+# the largest HTTP/2 frames, so a 1 MiB range is not cut into 16 KiB frames
+# (see docs/performance-notes.md, "Slave catch-up").
+HA_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
+    ("grpc.max_send_message_length", 128 * 1024 * 1024),
+    ("grpc.http2.max_frame_size", 16 * 1024 * 1024 - 1),
+]
+
+
+class GrpcConnector:
+    """The replication stream over grpc.aio (one channel per stream)."""
+
+    @contextlib.asynccontextmanager
+    async def open(self, address: str, token: str) -> AsyncIterator[SlaveCall]:
+        async with grpc.aio.insecure_channel(address, options=HA_CHANNEL_OPTIONS) as channel:
+            # Raw responses: ranges are decoded by ha/frames.py, which
+            # takes their data without copying it out of a message.
+            replicate = channel.stream_stream(
+                REPLICATE_METHOD, request_serializer=ha_pb2.Report.SerializeToString,
+                response_deserializer=None)
+            yield replicate(metadata=token_metadata(token))
+
+
+# ------------------------------------------------------------------ memory
+class _Pipe:
+    """One direction of a stream: FIFO, each message delivered `delay` after
+    it was written but never before the one written before it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, net: MemoryNetwork,
+                 src: str, dst: str) -> None:
+        self._loop = loop
+        self._net = net
+        self.src, self.dst = src, dst
+        self._in_flight: collections.deque[tuple[float, Any]] = collections.deque()
+        self._inbox: collections.deque[Any] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_at = 0.0
+        self.closed = False  # the writer's side ended: EOF after the inbox
+        self.failure: BaseException | None = None  # raised by read() at once
+
+    def send(self, msg: Any) -> None:
+        at = max(self._last_at, self._loop.time() + max(0.0, self._net.delay(msg)))
+        self._last_at = at
+        self._in_flight.append((at, msg))
+        self.pump()
+
+    def close(self) -> None:
+        self.send(EOF)
+
+    def fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self._in_flight.clear()
+        self._inbox.clear()
+        self._wake()
+
+    def pump(self) -> None:
+        """Deliver what is due; wait for the next, unless partitioned."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._net.partitioned(self.src, self.dst):
+            return  # held until heal() pumps again
+        now = self._loop.time()
+        while self._in_flight and self._in_flight[0][0] <= now:
+            self._inbox.append(self._in_flight.popleft()[1])
+            self._wake()
+        if self._in_flight:
+            self._timer = self._loop.call_at(self._in_flight[0][0], self.pump)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def receive(self) -> Any:
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self._inbox:
+                msg = self._inbox.popleft()
+                if msg is EOF:
+                    self.closed = True
+                return msg
+            if self.closed:
+                return EOF
+            self._waiter = self._loop.create_future()
+            await self._waiter
+
+
+class _MemoryServerStream:
+    """The master's end (a MasterStream)."""
+
+    def __init__(self, inbound: _Pipe, outbound: _Pipe, peer: str) -> None:
+        self._in, self._out = inbound, outbound
+        self._peer = peer
+        self.status: tuple[grpc.StatusCode, str] = (grpc.StatusCode.OK, "")
+        self.over = False
+        self.was_cancelled = False
+
+    async def read(self) -> Any:
+        return await self._in.receive()
+
+    async def write(self, message: bytes) -> None:
+        if self.over:
+            raise RuntimeError("write on a finished stream")
+        self._out.send(message)
+        await asyncio.sleep(0)  # a write yields, as a gRPC write does
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        self.status = (code, details)
+        raise grpc.aio.AbortError(f"{code.name}: {details}")
+
+    def peer(self) -> str:
+        return self._peer
+
+    def done(self) -> bool:
+        return self.over
+
+    def cancelled(self) -> bool:
+        return self.was_cancelled
+
+
+class _MemoryCall:
+    """The slave's end (a SlaveCall)."""
+
+    def __init__(self, outbound: _Pipe, inbound: _Pipe, server: _MemoryServerStream,
+                 handler: asyncio.Task[None]) -> None:
+        self._out, self._in = outbound, inbound
+        self._server = server
+        self._handler = handler
+
+    async def write(self, request: ha_pb2.Report) -> None:
+        if self._in.failure is not None:
+            raise self._in.failure
+        # Serialized and parsed, as on the wire: no object is shared.
+        self._out.send(ha_pb2.Report.FromString(request.SerializeToString()))
+        await asyncio.sleep(0)
+
+    def read(self) -> Awaitable[Any]:
+        return self._in.receive()
+
+    async def code(self) -> grpc.StatusCode:
+        return self._server.status[0]
+
+    async def details(self) -> str:
+        return self._server.status[1]
+
+    def cancel(self) -> bool:
+        if self._handler.done():
+            return False
+        self._server.was_cancelled = True
+        self._handler.cancel()
+        return True
+
+
+Handler = Callable[[MasterStream], Awaitable[None]]
+
+
+class MemoryNetwork:
+    """Replication streams between addresses, on one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *,
+                 delay: Callable[[Any], float] | None = None) -> None:
+        self._loop = loop
+        self.delay: Callable[[Any], float] = delay or (lambda _msg: 0.0)
+        self._servers: dict[str, tuple[Handler, str]] = {}
+        self._cut: set[frozenset[str]] = set()
+        self._streams: list[tuple[str, str, _Pipe, _Pipe, asyncio.Task[None]]] = []
+
+    def serve(self, address: str, handler: Handler, *, token: str) -> None:
+        """`handler` (HAMaster.serve) runs each stream opened to `address`."""
+        self._servers[address] = (handler, token)
+
+    def unserve(self, address: str) -> None:
+        self._servers.pop(address, None)
+        self.reset(address)
+
+    def connector(self, address: str) -> MemoryConnector:
+        """The connector a node at `address` opens its streams with."""
+        return MemoryConnector(self, address)
+
+    # ------------------------------------------------------------ faults
+    def partitioned(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) in self._cut
+
+    def partition(self, a: str, b: str) -> None:
+        """Hold every message between a and b (both ways) until heal()."""
+        self._cut.add(frozenset((a, b)))
+
+    def heal(self, a: str, b: str) -> None:
+        self._cut.discard(frozenset((a, b)))
+        for _c, _s, up, down, _t in self._streams:
+            up.pump()
+            down.pump()
+
+    def reset(self, address: str) -> None:
+        """End every stream to or from `address` as a connection reset does."""
+        for client, server, up, down, task in list(self._streams):
+            if address in (client, server):
+                down.fail(grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                    details="connection reset"))
+                up.fail(asyncio.CancelledError())
+                task.cancel()
+
+    # ------------------------------------------------------------ streams
+    def _open(self, client: str, address: str, token: str) -> _MemoryCall:
+        up = _Pipe(self._loop, self, client, address)
+        down = _Pipe(self._loop, self, address, client)
+        server = _MemoryServerStream(up, down, peer=f"memory:{client}")
+        entry = self._servers.get(address)
+        handler = entry[0] if entry is not None else None
+
+        async def run() -> None:
+            try:
+                if entry is None:
+                    server.status = (grpc.StatusCode.UNAVAILABLE, f"nothing serves {address}")
+                elif token != entry[1]:
+                    server.status = (grpc.StatusCode.UNAUTHENTICATED, "bad cluster token")
+                else:
+                    assert handler is not None
+                    await handler(server)
+            except grpc.aio.AbortError:
+                pass  # server.status says how
+            except asyncio.CancelledError:
+                server.status = (grpc.StatusCode.CANCELLED, "stream cancelled")
+                raise
+            finally:
+                server.over = True
+                if down.failure is None:
+                    down.close()
+
+        task = self._loop.create_task(run())
+        record = (client, address, up, down, task)
+        self._streams.append(record)
+        task.add_done_callback(lambda _t: self._streams.remove(record))
+        return _MemoryCall(up, down, server, task)
+
+
+class MemoryConnector:
+    """An HAConnector over a MemoryNetwork, for the node at `address`."""
+
+    def __init__(self, net: MemoryNetwork, address: str) -> None:
+        self._net = net
+        self.address = address
+
+    @contextlib.asynccontextmanager
+    async def open(self, address: str, token: str) -> AsyncIterator[SlaveCall]:
+        call = self._net._open(self.address, address, token)
+        try:
+            yield call
+        finally:
+            call.cancel()

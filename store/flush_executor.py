@@ -1,0 +1,173 @@
+"""The flush executor seam: where the store's file IO runs.
+
+A MessageStore never starts a thread itself; it asks its FlushExecutor:
+- `run(fn)`: run one blocking call (a flush, a checkpoint sync, a consume
+  queue flush, an offset table persist) off the loop's current callback; the
+  returned future resolves on the loop;
+- `worker(loop, job)`: the group commit's flusher. `kick()` asks for `job`
+  to run once more soon (kicks before it starts count as one); the job
+  delivers results with `to_loop(fn, *args)` and returns False to end the
+  worker (the log failed, or the loop is gone);
+- `run_blocking(fn)`: a call that may block on the executor itself (joining
+  the worker at close) without blocking the loop.
+
+Two implementations:
+- ThreadFlushExecutor (production): one "flusher" thread for `run`, one
+  "group-commit" thread per worker; results come back with
+  call_soon_threadsafe. The fsync then overlaps the loop's work.
+- InlineFlushExecutor (tests, the simulation): everything on the loop, in
+  call_soon order. No thread: a run is deterministic, and on a
+  VirtualTimeLoop a flush takes no virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class FlushWorker(Protocol):
+    def kick(self) -> None:
+        """Run the job once more, soon (never inside this call)."""
+        ...
+
+    def kicked(self) -> bool:
+        """A kick is pending (the job has not started on it yet)."""
+        ...
+
+    def to_loop(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Call fn(*args) on the loop; False when the loop is gone."""
+        ...
+
+    def stop(self) -> None:
+        """End the worker; blocks until a job in progress has finished."""
+        ...
+
+
+class FlushExecutor(Protocol):
+    def run(self, fn: Callable[[], T]) -> asyncio.Future[T]: ...
+
+    def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
+        ...
+
+    def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]: ...
+
+    def shutdown(self) -> None:
+        """Release the executor (waits for a `run` in progress)."""
+        ...
+
+
+# ------------------------------------------------------------- production
+class _ThreadWorker:
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> None:
+        self._loop = loop
+        self._job = job
+        self._kick = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    def kicked(self) -> bool:
+        return self._kick.is_set()
+
+    def to_loop(self, fn: Callable[..., object], *args: Any) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed under us: nobody is waiting
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            self._kick.wait()
+            self._kick.clear()
+            if self._stop or not self._job():
+                return
+
+    def stop(self) -> None:
+        self._stop = True
+        self._kick.set()
+        self._thread.join()
+
+
+class ThreadFlushExecutor:
+    """Today's threads: one "flusher" for run(), one per group-commit worker."""
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flusher")
+
+    def run(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
+        return _ThreadWorker(loop, job)
+
+    def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(None, fn)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+# ------------------------------------------------------------- simulation
+class _InlineWorker:
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> None:
+        self._loop = loop
+        self._job = job
+        self._pending = False
+        self._stopped = False
+
+    def kick(self) -> None:
+        if not self._pending and not self._stopped:
+            self._pending = True
+            self._loop.call_soon(self._run)
+
+    def kicked(self) -> bool:
+        return self._pending
+
+    def to_loop(self, fn: Callable[..., object], *args: Any) -> bool:
+        if self._loop.is_closed():
+            return False
+        self._loop.call_soon(fn, *args)
+        return True
+
+    def _run(self) -> None:
+        self._pending = False
+        if not self._stopped and not self._job():
+            self._stopped = True
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+class InlineFlushExecutor:
+    """Everything on the loop, in call_soon order: deterministic, no thread."""
+
+    def run(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return _done_future(fn)
+
+    def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
+        return _InlineWorker(loop, job)
+
+    def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return _done_future(fn)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _done_future(fn: Callable[[], T]) -> asyncio.Future[T]:
+    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    try:
+        fut.set_result(fn())
+    except Exception as exc:
+        fut.set_exception(exc)
+    return fut
