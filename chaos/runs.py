@@ -30,9 +30,9 @@ from chaos.schema import (
     OBSERVATIONS,
     PARAMS,
     RECORDS,
-    SCHEMA_VERSION,
     SchemaError,
     check_row,
+    check_version,
     load_json_file,
     read_jsonl,
     validate_consumer_files,
@@ -162,9 +162,7 @@ def load_run(run_dir: str, index: int) -> RunInfo:
     p_path = os.path.join(run_dir, "params.json")
     params = _load_json(p_path)
     check_row(params, PARAMS, p_path)
-    if params["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(f"{p_path}: schema_version {params['schema_version']}, "
-                          f"this dlab reads {SCHEMA_VERSION}")
+    check_version(params["schema_version"], p_path)
     if params["role"] not in promises.ROLES:
         raise SchemaError(f"{p_path}: role {params['role']!r} is not one of "
                           f"{', '.join(promises.ROLES)}")
