@@ -19,22 +19,32 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              when it was invoked. Per message the promises of its mode are
              judged (_message_figures mirrors chaos.promises.judge), then
              summed per run; order is checked over the messages of a
-             producer.
+             producer. The acknowledged messages missing from the master
+             ride along by name (the first LOST_IDS_MAX per run: lost.csv).
            - divergence: per (run, offset), each node's record (size, CRC,
              id hash, whole-record hash), compared on the master's and each
              slave's common range; also the malformed record rows per node, and, in
              the pass over records that finds each node's range, the
              slave's records inside each measured slave_ahead gap.
            - timeline: operations per run, second since its start and status
-             with latency percentiles; also the malformed history rows.
-           - latency: PUT_OK latency value counts per run (exact percentiles
-             for runs and comparison groups, chaos/tables.py).
+             with latency percentiles (µs); also the malformed history rows.
+           - latency: PUT_OK latency value counts per run, in µs to three
+             significant digits (percentiles for runs and comparison
+             groups, chaos/tables.py).
+           - recovery: per fault that can stop writes, the first PUT_OK
+             invoked after it (availability, chaos/tables.py).
 3. check   a run with a malformed row is left out; Python names the file,
            line and field (chaos.runs.first_row_problem). Its figures were
            computed from its good rows and are dropped.
-4. tables  chaos/tables.py builds verdicts, comparison and timeline
-           (CSV and Parquet); chaos/report.py writes report.md, report.html
-           and the plots.
+4. tables  chaos/tables.py builds verdicts, comparison and timeline, and
+           lost_table the lost ids (CSV and Parquet); chaos/report.py writes
+           report.md, report.html and the plots, chaos/run_pages.py a page
+           per run.
+
+Speed: a report of a few runs is one short-lived JVM, so below
+_SMALL_INPUT_BYTES the JVM runs its quick compiler only and the query runs
+without whole-stage code generation and adaptive re-planning (compiling and
+re-planning a dozen stages cost more than running them on a few MB).
 
 Definitions not in chaos/promises.py:
 - duplicates: message ids stored at more than one offset on some node;
@@ -104,6 +114,10 @@ _SPARK_TYPES: dict[str, T.DataType] = {
     "float": T.DoubleType(),
 }
 _BYTES_PER_PARTITION = 64 * 1024 * 1024
+SPARK_LOG = "spark.log"
+# Below this much input the query runs interpreted: compiling its generated
+# code (a dozen stages of wide aggregations) takes longer than running it.
+_SMALL_INPUT_BYTES = 256 * 1024 * 1024
 _LONG = T.LongType()
 LOST_IDS_MAX = 1000  # lost message ids named per run (lost.csv, the run pages)
 
@@ -253,6 +267,11 @@ def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, Da
     size = sum(os.path.getsize(p) for p, _, _ in hist_files + rec_files)
     parts = max(spark.sparkContext.defaultParallelism, min(400, size // _BYTES_PER_PARTITION + 1))
     spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+    small = size < _SMALL_INPUT_BYTES
+    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
+    # Adaptive execution re-plans after every stage: for a few MB, planning
+    # is all it would do.
+    spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
 
     def shuffled(df: DataFrame, *columns: Column | str) -> DataFrame:
         return (df.select("run", F.struct(*columns).alias("row"))
@@ -661,7 +680,12 @@ def build_report(
         problems += reread_problems
         if not runs:
             raise NoRunsError(problems)
-        with spark_session(spark_master) as spark:
+        # The JVM's own stderr (start-up notes, Spark's warnings) goes to a
+        # file beside the report, not the user's terminal.
+        size = sum(os.path.getsize(p) for r in runs
+                   for p in (r.history_path, *(n.records_path for n in r.nodes)))
+        with spark_session(spark_master, log_path=os.path.join(out_dir, SPARK_LOG),
+                           short_job=size < _SMALL_INPUT_BYTES) as spark:
             progress.step(f"checking {len(runs)} runs (Spark)")
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)

@@ -344,7 +344,7 @@ READING = [
     "explained in the Glossary at the end.",
     "Each run has a page (runs/RUN.html): its operations over time per producer and consumer, "
     "its faults per node, the lost message ids and links to its raw files.",
-    "A cell of one run is one sample: rerun with other seeds (`dlab chaos matrix --runs N`) "
+    "A cell of one run is one sample: rerun with other seeds (dlab chaos matrix --runs N) "
     "before drawing a conclusion.",
 ]
 
@@ -483,11 +483,12 @@ CSS = [
     "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
     "table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0}",
     "td,th{border:1px solid #ccc;padding:.2rem .35rem;text-align:right;"
-    "overflow-wrap:anywhere}",
-    "th{background:#f4f4f4;vertical-align:bottom}",
+    "overflow-wrap:break-word}",
+    "th{background:#f4f4f4;vertical-align:bottom;overflow-wrap:normal}",
     "td:first-child,th:first-child{text-align:left}img{max-width:100%}",
     "td.violation{background:#f4c7cd}td.stranded{background:#e0cdf7}",
     "td.loss{background:#fbe3b0}td.ok{background:#cfe9d9}td.none{color:#999}",
+    "td.violation,td.stranded,td.loss,td.ok,td.none{text-align:center}",
 ]
 
 

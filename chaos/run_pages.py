@@ -20,6 +20,7 @@ on the master, then most faults) get one; every run gets its page.
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -264,7 +265,9 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
          f"{v['put_ok_p50_us'] / 1000:.3g} ms / {v['put_ok_p99_us'] / 1000:.3g} ms"),
         ("fault → PUT_OK", "unwritable until the end" if v["unwritable_until_end"]
          else "–" if pd.isna(v["fault_to_put_ok_s"]) else f"{v['fault_to_put_ok_s']:.3f} s"),
-        ("failures by status", e(v["failed_by_status"])),
+        ("failures by status", ", ".join(
+            f"{k} {n:,}" for k, n in sorted(json.loads(v["failed_by_status"]).items(),
+                                            key=lambda kv: -kv[1])) or "none"),
         ("slave ahead", f"at the master's restart {v['slave_ahead_at_restart_bytes']:,} bytes, "
                         f"at the end {v['slave_ahead_at_end_bytes']:,} bytes"),
         ("judged from", v["judged_from"]),
@@ -274,12 +277,12 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
            "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
            "table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0}",
            "td,th{border:1px solid #ccc;padding:.2rem .35rem;text-align:left;"
-           "overflow-wrap:anywhere}th{background:#f4f4f4}img{max-width:100%}",
+           "overflow-wrap:anywhere}th{background:#f4f4f4;overflow-wrap:normal}",
+           "img{max-width:100%}",
            "</style></head><body>",
            '<p><a href="../report.html">← the report</a></p>',
            f"<h1>{e(run.run_id)}</h1>", f'<p id="verdict">{e(verdict)}.</p>',
-           _table(["", ""], [[e(k), e(str(val)) if k != "failures by status" else val]
-                             for k, val in facts])]
+           _table(["", ""], [[e(k), e(str(val))] for k, val in facts])]
     if plot:
         out += ["<h2>Timeline</h2>",
                 "<p>Lanes: each producer's puts at their invoke time by status, the "
@@ -325,10 +328,10 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
     items = [f'<li><a href="{_rel(run.run_dir, runs_dir, rel)}">{e(name)}</a></li>'
              for name, rel in files]
     for n in run.nodes:
-        log = _rel(run.run_dir, runs_dir, "nodes", n.name, "node.log")
-        records = _rel(run.run_dir, runs_dir, "nodes", n.name, "records.jsonl")
-        items.append(f'<li>{e(n.name)}: <a href="{log}">node log</a>, '
-                     f'<a href="{records}">records read back</a>')
+        links = [f'<a href="{_rel(run.run_dir, runs_dir, "nodes", n.name, rel)}">{what}</a>'
+                 for rel, what in (("node.log", "node log"), ("records.jsonl", "records read back"))
+                 if os.path.isfile(os.path.join(run.run_dir, "nodes", n.name, rel))]
+        items.append(f"<li>{e(n.name)}: {', '.join(links)}")
         store = n.store_dir or os.path.join(run.run_dir, "cluster", "nodes", n.name, "data")
         if os.path.isdir(store):
             items[-1] += (f', <a href="{quote(os.path.relpath(store, runs_dir))}/">kept '
