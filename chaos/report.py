@@ -569,7 +569,7 @@ def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
     ax.invert_yaxis()
     ax.set_xlabel("puts (log scale)")
     ax.set_title("Outcome of every put, per mode (absolute counts)")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     return _save(fig, out_dir, "outcomes.png")
 
 
