@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -131,3 +132,19 @@ def test_a_run_page_shows_its_timeline_and_lost_ids(report: dict[str, Any]) -> N
                      r"<td>yes</td>", text)
     for href in re.findall(r'href="(\.\./[^"]+)"', text):
         assert os.path.exists(os.path.normpath(os.path.join(out, "runs", href))), href
+
+
+def test_dlab_report_keeps_the_jvm_quiet(report: dict[str, Any], tmp_path: Any) -> None:
+    """A report in its own process (its own JVM, not the tests' session):
+    the JVM's start-up notes ("Using incubator modules") and Spark's
+    warnings go to spark.log beside the report, not the terminal."""
+    out = os.path.join(tmp_path, "out")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "report", report["real"], "--out", out],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "incubator" not in proc.stderr and "WARN" not in proc.stderr, proc.stderr
+    assert [line for line in proc.stderr.splitlines()
+            if not line.startswith("dlab report: [")] == [], proc.stderr
+    assert os.path.isfile(os.path.join(out, "spark.log"))
+    assert os.path.isfile(os.path.join(out, "report.html"))
