@@ -39,8 +39,9 @@ OP_SPACING_MS = 6  # 10,000 operations make a one-minute run
 LOST_TAIL = 25  # records a power crash takes from an ASYNC_FLUSH master
 
 # Keys in sorted order, as chaos.schema.write_jsonl writes them.
-_HISTORY = ('{"attempt": %d, "complete_ms": %d, "detail": %s, "invoke_ms": %d, '
-            '"msg_id": "%s", "node": "m", "offset": %s, "op_id": %d, "producer": %d, '
+_HISTORY = ('{"attempt": %d, "complete_ms": %d, "complete_us": %d, "detail": %s, '
+            '"invoke_ms": %d, "invoke_us": %d, "msg_id": "%s", "node": "m", "offset": %s, '
+            '"op_id": %d, "producer": %d, '
             '"size": %s, "status": "%s"}\n')
 _RECORD = ('{"body_crc": %d, "msg_id": "%s", "offset": %d, "size": %d, '
            '"store_timestamp_ms": %d}\n')
@@ -121,7 +122,8 @@ def write_run(root: str, index: int, ops: int) -> str:
         at = store(msg, size, crc) if stored else None
         reported = at is not None and status != "INDETERMINATE"
         history.append(_HISTORY % (
-            1, invoke + latency, "null" if status == "PUT_OK" else '"synthetic"', invoke, msg,
+            1, invoke + latency, (invoke + latency) * 1000,
+            "null" if status == "PUT_OK" else '"synthetic"', invoke, invoke * 1000, msg,
             at if reported else "null", op_id, producer, size if reported else "null", status))
         op_id += 1
         if status == "INDETERMINATE" and op_id < ops:
@@ -130,9 +132,9 @@ def write_run(root: str, index: int, ops: int) -> str:
             invoke += latency
             at = store(msg, size, crc)
             retry = "SLAVE_NOT_AVAILABLE" if sync_master and not slave_follows else "PUT_OK"
-            history.append(_HISTORY % (2, invoke + 2, "null" if retry == "PUT_OK" else
-                                       '"synthetic"', invoke, msg, at, op_id, producer, size,
-                                       retry))
+            history.append(_HISTORY % (2, invoke + 2, (invoke + 2) * 1000,
+                                       "null" if retry == "PUT_OK" else '"synthetic"', invoke,
+                                       invoke * 1000, msg, at, op_id, producer, size, retry))
             op_id += 1
 
     with open(os.path.join(run_dir, "history.jsonl"), "w", encoding="utf-8") as f:

@@ -19,22 +19,32 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              when it was invoked. Per message the promises of its mode are
              judged (_message_figures mirrors chaos.promises.judge), then
              summed per run; order is checked over the messages of a
-             producer.
+             producer. The acknowledged messages missing from the master
+             ride along by name (the first LOST_IDS_MAX per run: lost.csv).
            - divergence: per (run, offset), each node's record (size, CRC,
              id hash, whole-record hash), compared on the master's and each
              slave's common range; also the malformed record rows per node, and, in
              the pass over records that finds each node's range, the
              slave's records inside each measured slave_ahead gap.
            - timeline: operations per run, second since its start and status
-             with latency percentiles; also the malformed history rows.
-           - latency: PUT_OK latency value counts per run (exact percentiles
-             for runs and comparison groups, chaos/tables.py).
+             with latency percentiles (µs); also the malformed history rows.
+           - latency: PUT_OK latency value counts per run, in µs to three
+             significant digits (percentiles for runs and comparison
+             groups, chaos/tables.py).
+           - recovery: per fault that can stop writes, the first PUT_OK
+             invoked after it (availability, chaos/tables.py).
 3. check   a run with a malformed row is left out; Python names the file,
            line and field (chaos.runs.first_row_problem). Its figures were
            computed from its good rows and are dropped.
-4. tables  chaos/tables.py builds verdicts, comparison and timeline
-           (CSV and Parquet); chaos/report.py writes report.md, report.html
-           and the plots.
+4. tables  chaos/tables.py builds verdicts, comparison and timeline, and
+           lost_table the lost ids (CSV and Parquet); chaos/report.py writes
+           report.md, report.html and the plots, chaos/run_pages.py a page
+           per run.
+
+Speed: a report of a few runs is one short-lived JVM, so below
+_SMALL_INPUT_BYTES the JVM runs its quick compiler only and the query runs
+without whole-stage code generation and adaptive re-planning (compiling and
+re-planning a dozen stages cost more than running them on a few MB).
 
 Definitions not in chaos/promises.py:
 - duplicates: message ids stored at more than one offset on some node;
@@ -92,7 +102,7 @@ from chaos.runs import (
     first_row_problem,
     load_runs,
 )
-from chaos.schema import HISTORY, RECORDS
+from chaos.schema import CONSUMER_NODE, HISTORY, OPTIONAL_FIELDS, RECORDS
 from chaos.spark_session import spark_session
 from store.status import INDETERMINATE
 
@@ -104,7 +114,18 @@ _SPARK_TYPES: dict[str, T.DataType] = {
     "float": T.DoubleType(),
 }
 _BYTES_PER_PARTITION = 64 * 1024 * 1024
+SPARK_LOG = "spark.log"
+# Below this much input the query runs interpreted: compiling its generated
+# code (a dozen stages of wide aggregations) takes longer than running it.
+_SMALL_INPUT_BYTES = 256 * 1024 * 1024
 _LONG = T.LongType()
+LOST_IDS_MAX = 1000  # lost message ids named per run (lost.csv, the run pages)
+
+
+def _latency_us() -> Column:
+    """The history's µs times, or its ms times for results written before them."""
+    return F.coalesce(F.col("complete_us") - F.col("invoke_us"),
+                      (F.col("complete_ms") - F.col("invoke_ms")) * 1000)
 
 
 class NoRunsError(ValueError):
@@ -148,7 +169,7 @@ def _bad_row(kind: str) -> Column:
     fields = {"history": HISTORY, "records": RECORDS}[kind]
     bad = F.col(CORRUPT).isNotNull()
     for name, (_, nullable, _) in fields.items():
-        if not nullable:
+        if not nullable and name not in OPTIONAL_FIELDS:
             bad = bad | F.col(name).isNull()
     if kind == "history":
         bad = bad | ~F.col("status").isin(sorted(STATUSES))
@@ -246,13 +267,19 @@ def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, Da
     size = sum(os.path.getsize(p) for p, _, _ in hist_files + rec_files)
     parts = max(spark.sparkContext.defaultParallelism, min(400, size // _BYTES_PER_PARTITION + 1))
     spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+    small = size < _SMALL_INPUT_BYTES
+    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
+    # Adaptive execution re-plans after every stage: for a few MB, planning
+    # is all it would do.
+    spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
 
     def shuffled(df: DataFrame, *columns: Column | str) -> DataFrame:
         return (df.select("run", F.struct(*columns).alias("row"))
                 .repartition(parts, "run").select("run", "row.*"))
 
     history = shuffled(_read_large(spark, hist_files, "history"), "op_id", "msg_id", "producer",
-                       "invoke_ms", "complete_ms", "status", "bad")
+                       "invoke_ms", "complete_ms", "invoke_us", "complete_us", "offset",
+                       "status", "bad")
     records = shuffled(_read_large(spark, rec_files, "records"),
                        F.col("node_index").alias("node"), "offset", "size", "msg_id",
                        "body_crc", "record_hash", "bad")
@@ -288,13 +315,13 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         "run", "msg_id", F.lit(None).cast("int").alias("node"),
         F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
         F.when(ok, F.col("cat")).alias("cat"), F.when(ok, F.col("op_id")).alias("ok_op"),
-        "producer", "invoke_ms", "complete_ms")
+        "producer", "invoke_ms", "complete_ms", F.when(ok, F.col("offset")).alias("ok_offset"))
     r = records.select(
         "run", "msg_id", F.when(good & F.col("msg_id").isNotNull(), F.col("node")).alias("node"),
         "offset", F.lit(None).cast("string").alias("status"),
         F.lit(None).cast("int").alias("cat"), F.lit(None).cast(_LONG).alias("ok_op"),
         F.lit(None).cast(_LONG).alias("producer"), F.lit(None).cast(_LONG).alias("invoke_ms"),
-        F.lit(None).cast(_LONG).alias("complete_ms"))
+        F.lit(None).cast(_LONG).alias("complete_ms"), F.lit(None).cast(_LONG).alias("ok_offset"))
     cat = F.col("cat")
     msgs = h.unionByName(r).groupBy("run", "msg_id").agg(
         F.coalesce(F.bit_or(F.expr("shiftleft(1L, node)")), F.lit(0).cast(_LONG)).alias("held"),
@@ -303,7 +330,8 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         *[F.count_if(cat == k).alias(f"c{k}") for k in range(4)],
         F.count_if(F.col("status") == INDETERMINATE).alias("n_indet"),
         F.min("ok_op").alias("first_ok_op"),
-        *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms")],
+        *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms",
+                                                   "ok_offset")],
     ).join(runs_df.select("run", "n_nodes", "slave_mask", "ignored_mask", "served_mask",
                           "disk_promised", "replica_promised"), "run")
 
@@ -335,7 +363,13 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     inversion = placed & (F.col("prev.complete_ms") <= F.col("invoke_ms")) \
         & (F.col("master_offset") < F.col("prev.master_offset"))
 
+    # The acknowledged messages missing from the master, by name: the first
+    # LOST_IDS_MAX per run in offset order (the counts above are exact).
+    lost = F.when((n_ok > 0) & ~on_master, F.struct(
+        F.col("ok_offset").alias("offset"), F.col("msg_id"), held.alias("held"),
+        stranded.alias("stranded"), (violations > 0).alias("violation")))
     return msgs.withColumn("prev", prev).groupBy("run").agg(
+        F.slice(F.sort_array(F.collect_list(lost)), 1, LOST_IDS_MAX).alias("lost_ids"),
         F.sum(n_ok).alias("acked"),
         F.count_if(n_ok > 0).alias("acked_distinct"),
         F.sum(if_(stranded, n_ok)).alias("acked_stranded"),
@@ -494,7 +528,7 @@ def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
     """Operations per run, second since the run's start (by invoke time) and
     status, with latency percentiles; malformed rows counted in `bad`."""
     good = ~F.col("bad")
-    latency = F.col("complete_ms") - F.col("invoke_ms")
+    latency = _three_digits(_latency_us())
     second = F.floor((F.col("invoke_ms") - F.col("started_ms")) / 1000).cast("long")
     # Latency value counts first (a compiled hash aggregation), then the
     # percentiles weighted by them: percentile keeps value counts anyway,
@@ -508,14 +542,47 @@ def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
     return counts.groupBy("run", "second", "status").agg(
         F.sum(F.when(good, n).otherwise(0)).alias("ops"),
         F.sum(F.when(good, 0).otherwise(n)).alias("bad"),
-        F.percentile("latency", [0.5, 0.99], n).alias("ms"))
+        F.percentile("latency", [0.5, 0.99], n).alias("us"))
+
+
+def _three_digits(us: Column) -> Column:
+    """A latency in µs to three significant digits (exact below 1 ms), so
+    value counts stay few per run: percentiles are within 0.5 %."""
+    scale = F.pow(F.lit(10.0), F.floor(F.log10(us)) - 2)
+    return F.when(us < 1000, us).otherwise(F.round(us / scale) * scale).cast(_LONG)
 
 
 def _latency(history: DataFrame) -> DataFrame:
-    """PUT_OK latency value counts per run (other rows under ms null)."""
+    """PUT_OK latency value counts per run, in µs (other rows under us null)."""
     ok = ~F.col("bad") & (F.col("status") == PUT_OK)
-    return (history.groupBy("run", F.when(ok, F.col("complete_ms") - F.col("invoke_ms"))
-                            .alias("ms")).agg(F.count("*").alias("n")))
+    return (history.groupBy("run", F.when(ok, _three_digits(_latency_us())).alias("us"))
+            .agg(F.count("*").alias("n")))
+
+
+# Fault kinds that end a fault rather than start one.
+_ENDING_KINDS = ("start", "resume", "heal")
+
+
+def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | None:
+    """Every fault that can stop writes (not its ending step, not the
+    consumer's), as (run, fault_id, start_ms), broadcast; None if none."""
+    rows = [(run.index, int(f["fault_id"]), int(f["start_ms"])) for run in runs
+            for f in run.faults
+            if f["kind"] not in _ENDING_KINDS and f["node"] != CONSUMER_NODE]
+    if not rows:
+        return None
+    # Not null: see _read_large.
+    return F.broadcast(spark.createDataFrame(
+        rows, "run int not null, fault_id long not null, fault_ms long not null"))
+
+
+def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
+    """Per fault: the first PUT_OK invoked at or after it, as its complete
+    time (ms, null if none came)."""
+    ok_after = ~F.col("bad") & (F.col("status") == PUT_OK) & (
+        F.col("invoke_ms") >= F.col("fault_ms"))
+    return history.join(faults, "run").groupBy("run", "fault_id", "fault_ms").agg(
+        F.min(F.when(ok_after, F.col("complete_ms"))).alias("put_ok_ms"))
 
 
 def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
@@ -540,6 +607,9 @@ def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
         "timeline": _timeline(history, runs_df),
         "latency": _latency(history),
     }
+    faults = _fault_table(spark, runs)
+    if faults is not None:
+        branches["recovery"] = _recovery(history, faults)
     tagged = [
         df.select(F.lit(kind).alias("kind"),
                   F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
@@ -559,6 +629,8 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     for row in union.collect():
         rows[row.kind].append(json.loads(row.payload))
     out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
+    if "recovery" not in out:
+        out["recovery"] = pd.DataFrame(columns=["run", "fault_id", "fault_ms", "put_ok_ms"])
     out["slave_ahead"] = _slave_ahead(out["divergence"], obs)
     out["divergence"] = out["divergence"].drop(
         columns=[c for c in columns["divergence"] if c.startswith("ahead")])
@@ -608,7 +680,12 @@ def build_report(
         problems += reread_problems
         if not runs:
             raise NoRunsError(problems)
-        with spark_session(spark_master) as spark:
+        # The JVM's own stderr (start-up notes, Spark's warnings) goes to a
+        # file beside the report, not the user's terminal.
+        size = sum(os.path.getsize(p) for r in runs
+                   for p in (r.history_path, *(n.records_path for n in r.nodes)))
+        with spark_session(spark_master, log_path=os.path.join(out_dir, SPARK_LOG),
+                           short_job=size < _SMALL_INPUT_BYTES) as spark:
             progress.step(f"checking {len(runs)} runs (Spark)")
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)
@@ -636,6 +713,29 @@ def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dic
     return bad
 
 
+def lost_table(runs: Sequence[RunInfo], figures: pd.DataFrame) -> pd.DataFrame:
+    """One row per acknowledged message missing from the master (the first
+    LOST_IDS_MAX of each run, in offset order): where it was acknowledged,
+    the nodes that still hold it, and whether it is stranded or broke a
+    promise."""
+    by_index = {r.index: r for r in runs}
+    rows = []
+    for run_index, lost in zip(figures["run"], figures["lost_ids"], strict=True):
+        run = by_index.get(int(run_index))
+        if run is None or not isinstance(lost, list):
+            continue
+        for m in lost:
+            held = [n.name for n in run.nodes if int(m["held"]) >> n.index & 1]
+            rows.append({"run_id": run.run_id, "msg_id": m["msg_id"],
+                         "acked_offset": m["offset"], "held_by": ",".join(held),
+                         "lost_everywhere": not held, "stranded": bool(m["stranded"]),
+                         "violation": bool(m["violation"])})
+    df = pd.DataFrame(rows, columns=["run_id", "msg_id", "acked_offset", "held_by",
+                                     "lost_everywhere", "stranded", "violation"])
+    df["acked_offset"] = df["acked_offset"].astype("Int64")
+    return df.sort_values(["run_id", "acked_offset"]).reset_index(drop=True)
+
+
 def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.DataFrame],
            out_dir: str, progress: Progress) -> ReportSummary:
     assert all(r.index == i for i, r in enumerate(runs))  # results are keyed by index
@@ -648,7 +748,7 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
         raise NoRunsError(problems)
     keep = {r.index for r in good}
     res = {k: v[v["run"].isin(keep)] for k, v in results.items()}
-    res["latency"] = res["latency"].dropna(subset=["ms"])
+    res["latency"] = res["latency"].dropna(subset=["us"])
 
     timeline = res["timeline"][res["timeline"]["ops"] > 0].copy()
     ahead = res["slave_ahead_obs"].merge(res["slave_ahead"], on=["run", "obs"], how="left")
@@ -659,22 +759,25 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
                                                                     (True, "end"))
     ], axis=1).fillna(0).astype("int64").reset_index()
     figures = res["messages"].merge(res["divergence"], on="run", how="outer")
+    lost = lost_table(good, figures)
+    figures = figures.drop(columns=["lost_ids"])
 
     progress.step(f"writing tables and report to {out_dir}")
     consume = {r.index: consumption.run_figures(r) for r in good}
-    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume)
+    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume,
+                                     recovery=res["recovery"])
     comparison = tables.comparison_table(verdicts, res["latency"], good)
     timeline = timeline.assign(
         run_id=timeline["run"].map(lambda i: runs[i].run_id),
-        latency_p50_ms=timeline["ms"].map(lambda v: v[0] if v else None),
-        latency_p99_ms=timeline["ms"].map(lambda v: v[1] if v else None),
-    )[["run_id", "second", "status", "ops", "latency_p50_ms", "latency_p99_ms"]]
+        latency_p50_us=timeline["us"].map(lambda v: v[0] if v else None),
+        latency_p99_us=timeline["us"].map(lambda v: v[1] if v else None),
+    )[["run_id", "second", "status", "ops", "latency_p50_us", "latency_p99_us"]]
     timeline = timeline.sort_values(["run_id", "second", "status"]).reset_index(drop=True)
 
     os.makedirs(out_dir, exist_ok=True)
     files = []
     for name, table in (("verdicts", verdicts), ("comparison", comparison),
-                        ("timeline", timeline)):
+                        ("timeline", timeline), ("lost", lost)):
         for ext in ("csv", "parquet"):
             path = os.path.join(out_dir, f"{name}.{ext}")
             if ext == "csv":
@@ -683,6 +786,6 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
                 table.to_parquet(path, index=False)
             files.append(path)
     files += report.write_report(out_dir, verdicts=verdicts, comparison=comparison,
-                                 timeline=timeline, runs=good, problems=problems)
+                                 timeline=timeline, runs=good, problems=problems, lost=lost)
     return ReportSummary(out_dir=out_dir, runs=len(good), problems=problems, verdicts=verdicts,
                          comparison=comparison, timeline=timeline, files=files)

@@ -2,17 +2,19 @@
 small tables (pandas). The document is built once as a list of blocks and
 rendered twice, so the Markdown and the HTML always say the same thing.
 
+The report leads with the loss grid (modes x scenarios), then what each mode
+promises, a durability and an availability/latency table, the findings, the
+plots, the runs that lost data (their timelines, chaos/run_pages.py), every
+run linked to its page, and a glossary of every column.
+
 Plots (PNG, matplotlib's object API: no pyplot, no global backend):
-- outcomes.png      per mode, the share of puts: acknowledged and kept,
-                    allowed loss, stranded, promise violation, failed,
-                    indeterminate
+- outcomes.png      per mode, the puts by outcome in absolute counts on a
+                    log axis: acknowledged and kept, allowed loss, stranded,
+                    promise violation, failed, indeterminate
 - slave_ahead.png   per mode, each run's slave-ahead bytes at the master's
                     restart
-- latency.png       per mode, PUT_OK latency (p50, p99 per second) of one
-                    run — the one with the most violations, else the most
-                    faults — with its fault windows shaded
-- failed_share.png  per mode, the share of failed puts per second since the
-                    run's start, over all its runs, a line per scenario
+- runs/RUN.png      per run (chaos/run_pages.py): operations, faults per
+                    node, latency per put with p50/p99, puts per second
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
 
-from chaos import promises
+from chaos import promises, run_pages
 from chaos.runs import Problem, RunInfo
 
 PLOTS = "plots"
+RUNS = "runs"
+FEATURED_RUNS = 4  # run timelines shown in the report itself
 OUTCOME_COLORS = {
     "acknowledged, kept": "#4c9f70",
     "allowed loss": "#f2b134",
@@ -50,9 +55,13 @@ FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "pause": "#f2b134",
 class Table:
     header: list[str]
     rows: list[list[str]]
+    links: list[list[str | None]] | None = None  # per cell: where it links to
+    classes: list[list[str]] | None = None  # per cell: its severity (CSS class)
+    row_ids: list[str | None] | None = None  # per row: an anchor
 
 
 # ("h1"|"h2"|"p"|"ul", text or items) | ("table", Table) | ("img", (alt, path))
+# | ("link", (text, href))
 Block = tuple[str, Any]
 
 
@@ -75,23 +84,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, int | np.integer):
         return f"{int(v):,}"
     return str(v)
-
-
-def _comparison_block(comparison: pd.DataFrame) -> Table:
-    cols = ["role", "flush", "scenario"]
-    # Run conditions appear only when the sweep varied them.
-    cols += [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit",
-                         "corruption_policy")
-             if comparison[c].nunique() > 1]
-    cols += ["runs", "acked", "acked_distinct", "acked_lost_master", "acked_lost_everywhere",
-             "promise_violations", "allowed_loss", "acked_stranded", "slave_ahead_runs",
-             "slave_ahead_at_restart_bytes_max", "slave_ahead_at_end_bytes_max",
-             "divergence_runs", "duplicates", "indeterminate", "put_ok_p50_ms",
-             "put_ok_p99_ms", "failed_put_share"]
-    # Consume-side figures appear when some run consumed (empty for the rest).
-    cols += [c for c in ("duplicates_delivered", "stored_never_delivered",
-                         "delivered_then_lost") if comparison[c].notna().any()]
-    return Table(cols, [[_fmt(row[c]) for c in cols] for _, row in comparison.iterrows()])
 
 
 def _plural(n: int, word: str) -> str:
@@ -175,14 +167,204 @@ def consume_finding(runs: pd.DataFrame) -> list[str]:
            else ", nothing delivered that was later lost.")]
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def group_anchor(role: str, flush: str, scenario: str) -> str:
+    return "runs-" + _slug(f"{role} {flush} {scenario}")
+
+
+def run_page(run_id: str) -> str:
+    """The run's page, relative to the report."""
+    return f"{RUNS}/{quote(run_id)}.html"
+
+
+def _severity(violations: int, stranded: int, lost_master: int) -> str:
+    return ("violation" if violations else "stranded" if stranded
+            else "loss" if lost_master else "ok")
+
+
+def loss_grid(verdicts: pd.DataFrame) -> Table:
+    """Modes x scenarios; a cell: acknowledged messages lost on the master /
+    lost everywhere / stranded / promise violations, and its runs."""
+    scenarios = sorted(verdicts["scenario"].unique())
+    rows, links, classes = [], [], []
+    for role, flush in _modes(verdicts):
+        row, cls = [mode_label(role, flush)], [""]
+        link: list[str | None] = [None]
+        for scenario in scenarios:
+            g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)
+                         & (verdicts["scenario"] == scenario)]
+            if not len(g):
+                row.append("–")
+                link.append(None)
+                cls.append("none")
+                continue
+            lost_m = int(g["acked_lost_master"].sum())
+            lost_e = int(g["acked_lost_everywhere"].sum())
+            stranded, v = int(g["acked_stranded"].sum()), int(g["promise_violations"].sum())
+            row.append(f"{lost_m:,} / {lost_e:,} / {stranded:,} / {v:,} · "
+                       f"{_plural(len(g), 'run')}")
+            link.append(run_page(g["run_id"].iloc[0]) if len(g) == 1
+                        else "#" + group_anchor(role, flush, scenario))
+            cls.append(_severity(v, stranded, lost_m))
+        rows.append(row)
+        links.append(link)
+        classes.append(cls)
+    return Table(["mode", *scenarios], rows, links=links, classes=classes)
+
+
+def _conditions(df: pd.DataFrame) -> list[str]:
+    # Run conditions appear only when the sweep varied them.
+    return [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit",
+                        "corruption_policy")
+            if c in df.columns and df[c].nunique() > 1]
+
+
+DURABILITY = {
+    "runs": "runs in the row (n)",
+    "acked": "distinct messages acknowledged with PUT_OK",
+    "lost on master": "acknowledged messages missing from the recovered master",
+    "lost everywhere": "acknowledged messages missing from every node",
+    "stranded": "lost on the master and held only by slaves the master rejects or ignores",
+    "violations": "acknowledged messages gone from where the mode promised them",
+    "allowed loss": "lost on the master, not covered by any promise of the mode",
+    "slave ahead": "runs where a slave held more than the recovered master (max bytes)",
+    "diverged": "runs where master and slave hold different records at one offset",
+    "duplicates": "message ids stored at more than one offset",
+    "indeterminate": "puts whose outcome the client cannot know (timeout, broken call)",
+}
+CONSUME = {
+    "dup. delivered": "messages the consumer was handed more than once",
+    "never delivered": "stored on the master at the end, never handed to the consumer",
+    "delivered then lost": "handed to the consumer, then lost from the cluster",
+}
+AVAILABILITY = {
+    "puts": "put operations in the row",
+    "failed": "puts not answered PUT_OK, and their share",
+    "failures by status": "failed puts by the status they got",
+    "fault → PUT_OK s": "the longest time from a fault to the first PUT_OK invoked after it",
+    "unwritable": "runs where some fault had no PUT_OK after it until the end of the run",
+    "p50 ms, p99 ms": "PUT_OK latency percentiles, measured in µs, over every PUT_OK of the row",
+}
+GRID = {
+    "grid cell": "acknowledged messages lost on the master / lost everywhere / stranded / "
+                 "promise violations, and the number of runs; red: a violation, purple: "
+                 "stranded, amber: an allowed loss, green: nothing acknowledged was lost",
+}
+
+
+def _group_cells(row: Any, conditions: list[str]) -> tuple[list[str], list[str | None]]:
+    anchor = "#" + group_anchor(row["role"], row["flush"], row["scenario"])
+    cells = [mode_label(row["role"], row["flush"]), row["scenario"],
+             *[str(row[c]) for c in conditions]]
+    return cells, [None, anchor, *[None for _ in conditions]]
+
+
+def durability_table(comparison: pd.DataFrame) -> Table:
+    conditions = _conditions(comparison)
+    consume = comparison["delivered_then_lost"].notna().any()
+    header = ["mode", "scenario", *conditions, *DURABILITY, *(CONSUME if consume else ())]
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        ahead = (f"{int(r['slave_ahead_runs']):,} ({int(r['slave_ahead_at_restart_bytes_max']):,}"
+                 f" B)" if r["slave_ahead_runs"] else "0")
+        cells += [_fmt(r["runs"]), _fmt(r["acked_distinct"]), _fmt(r["acked_lost_master"]),
+                  _fmt(r["acked_lost_everywhere"]), _fmt(r["acked_stranded"]),
+                  _fmt(r["promise_violations"]), _fmt(r["allowed_loss"]), ahead,
+                  _fmt(r["divergence_runs"]), _fmt(r["duplicates"]), _fmt(r["indeterminate"])]
+        if consume:
+            cells += [_fmt(r["duplicates_delivered"]), _fmt(r["stored_never_delivered"]),
+                      _fmt(r["delivered_then_lost"])]
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        sev = _severity(int(r["promise_violations"]), int(r["acked_stranded"]),
+                        int(r["acked_lost_master"]))
+        classes.append([""] * len(link) + [""] + [sev] * 6 + [""] * (len(cells) - len(link) - 7))
+    return Table(header, rows, links=links, classes=classes)
+
+
+def _ms(us: Any) -> str:
+    return "–" if us is None or pd.isna(us) else f"{float(us) / 1000:.3g}"
+
+
+def _statuses(text: str) -> str:
+    counts = json.loads(text)
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+                     ) or "–"
+
+
+def availability_table(comparison: pd.DataFrame) -> Table:
+    conditions = _conditions(comparison)
+    header = ["mode", "scenario", *conditions, "runs", "puts", "failed", "failures by status",
+              "fault → PUT_OK s", "unwritable", "p50 ms", "p99 ms"]
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        unwritable = int(r["unwritable_runs"])
+        cells += [_fmt(r["runs"]), _fmt(r["puts"]),
+                  f"{int(r['failed']):,} ({r['failed_put_share']:.1%})",
+                  _statuses(r["failed_by_status"]), _fmt(r["fault_to_put_ok_s_max"]),
+                  f"{unwritable:,} until the end" if unwritable else "0",
+                  _ms(r["put_ok_p50_us"]), _ms(r["put_ok_p99_us"])]
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        classes.append([""] * (len(cells) - 3) + ["violation" if unwritable else ""] + ["", ""])
+    return Table(header, rows, links=links, classes=classes)
+
+
+def runs_table(verdicts: pd.DataFrame) -> Table:
+    rows, links, classes, ids = [], [], [], []
+    seen: set[str] = set()
+    for r in verdicts.itertuples():
+        anchor = group_anchor(r.role, r.flush, r.scenario)
+        ids.append(None if anchor in seen else anchor)
+        seen.add(anchor)
+        rows.append([r.run_id, mode_label(r.role, r.flush), r.scenario, str(r.seed),
+                     f"{r.acked_lost_master:,} / {r.acked_lost_everywhere:,} / "
+                     f"{r.acked_stranded:,} / {r.promise_violations:,}",
+                     f"{r.failed_put_share:.1%}",
+                     "until the end" if r.unwritable_until_end else _fmt(r.fault_to_put_ok_s)])
+        links.append([run_page(r.run_id)] + [None] * 6)
+        classes.append([""] * 4 + [_severity(r.promise_violations, r.acked_stranded,
+                                             r.acked_lost_master)] + ["", ""])
+    return Table(["run", "mode", "scenario", "seed", "lost m / e / s / v", "failed",
+                  "fault → PUT_OK s"], rows, links=links, classes=classes, row_ids=ids)
+
+
+READING = [
+    "The **loss grid** answers which mode loses what: one row per mode, one column per "
+    "scenario. Each cell counts acknowledged (PUT_OK) messages lost on the master / lost "
+    "everywhere / stranded / promise violations, and says how many runs it sums. A cell "
+    "links to its run (or its runs).",
+    "Red is a broken promise, purple a stranded message, amber a loss the mode allows, green "
+    "nothing lost. What each mode promises is in the table under the grid.",
+    "**Durability** and **Availability and latency** split the same rows; every column is "
+    "explained in the Glossary at the end.",
+    "Each run has a page (runs/RUN.html): its operations over time per producer and consumer, "
+    "its faults per node, the lost message ids and links to its raw files.",
+    "A cell of one run is one sample: rerun with other seeds (dlab chaos matrix --runs N) "
+    "before drawing a conclusion.",
+]
+
+
 def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
-              plots: list[tuple[str, str]]) -> list[Block]:
+              plots: list[tuple[str, str]], lost_plots: list[tuple[str, str, str]]
+              ) -> list[Block]:
     n_v = int(verdicts["promise_violations"].sum())
     blocks: list[Block] = [
         ("h1", "Durability report"),
         ("p", f"{_plural(len(verdicts), 'run')} reported"
               + (f", {len(problems):,} left out (see the end)" if problems else "")
               + f"; {_plural(n_v, 'promise violation')} in all."),
+        ("h2", "Reading this report"),
+        ("ul", READING),
+        ("h2", "Loss grid"),
+        ("p", "Acknowledged messages lost on the master / lost everywhere / stranded / "
+              "promise violations, and runs."),
+        ("table", loss_grid(verdicts)),
         ("h2", "What a PUT_OK promises"),
         ("table", Table(["mode", "promise"], [
             [mode_label(r, f), promises.describe(r, f)] for r, f in promises.PROMISES])),
@@ -193,8 +375,10 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
               "A promise is void for a node whose disk the scenario "
               "damaged, or (for a slave's copy) that crashed under the power crash model. "
               "Exact definitions: chaos/promises.py and chaos/pipeline.py."),
-        ("h2", "Comparison"),
-        ("table", _comparison_block(comparison)),
+        ("h2", "Durability"),
+        ("table", durability_table(comparison)),
+        ("h2", "Availability and latency"),
+        ("table", availability_table(comparison)),
         ("h2", "Findings"),
     ]
     for role, flush in _modes(verdicts):
@@ -202,15 +386,16 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
         blocks += [("h3", mode_label(role, flush)), ("p", finding(role, flush, runs))]
     blocks.append(("h2", "Plots"))
     blocks += [("img", plot) for plot in plots]
-    bad = verdicts[verdicts["promise_violations"] > 0]
-    if len(bad):
-        blocks += [("h2", "Runs with promise violations"), ("table", Table(
-            ["run_id", "mode", "scenario", "violations", "disk", "replica", "lost everywhere"],
-            [[r.run_id, mode_label(r.role, r.flush), r.scenario, _fmt(r.promise_violations),
-              _fmt(r.disk_violations), _fmt(r.replica_violations),
-              _fmt(r.acked_lost_everywhere)] for r in bad.head(50).itertuples()]))]
-        if len(bad) > 50:
-            blocks.append(("p", f"… and {len(bad) - 50:,} more in verdicts.csv."))
+    if lost_plots:
+        lost_any = bool((verdicts["acked_lost_master"] > 0).any())
+        blocks += [("h2", "Runs that lost data" if lost_any else "The run with the most faults"),
+                   ("p", "Per run: each producer's and consumer's operations, the faults per "
+                         "node, the latency of every put with its p50 and p99, and puts per "
+                         "second. The run's page has its lost message ids and files.")]
+        for run_id, rel, page in lost_plots:
+            blocks += [("h3", run_id), ("link", (f"the page of {run_id}", page)),
+                       ("img", (f"timeline of {run_id}", rel))]
+    blocks += [("h2", "Runs"), ("table", runs_table(verdicts))]
     disk = [(r, node, off, "damaged on disk at") for r in verdicts.itertuples()
             for node, off in json.loads(r.disk_damage_by_node).items()]
     disk += [(r, node, off, "kept store differs from the run's read-back from")
@@ -224,6 +409,16 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
                     for r, node, off, what in disk])]
     if problems:
         blocks += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
+    blocks += [("h2", "Glossary"), ("ul", [
+        f"**{name}**: {text}" for name, text in
+        {**GRID, **DURABILITY, **CONSUME, **AVAILABILITY,
+         "lost m / e / s / v": "per run, as in a grid cell",
+         "conditions": "backend, crash_model, slave_ahead_policy, ha_ship_limit, "
+                       "corruption_policy appear as "
+                       "columns when the runs varied them",
+         "tables": "verdicts.csv (a row per run), comparison.csv (a row per mode, scenario "
+                   "and conditions), timeline.csv and lost.csv (the lost message ids) hold "
+                   "every figure"}.items()])]
     return blocks
 
 
@@ -244,13 +439,59 @@ def render_markdown(blocks: Sequence[Block]) -> str:
             out.append("\n".join(
                 [f"| {' | '.join(_md_cell(h) for h in body.header)} |",
                  f"| {' | '.join('---' for _ in body.header)} |"]
-                + [f"| {' | '.join(_md_cell(c) for c in row)} |" for row in body.rows]))
+                + [f"| {' | '.join(_md_table_cell(body, i, j) for j in range(len(row)))} |"
+                   for i, row in enumerate(body.rows)]))
+        elif kind == "link":
+            text, href = body
+            out.append(f"[{_md_cell(text)}]({href})")
         elif kind == "img":
             alt, path = body
             out.append(f"![{alt}]({path})")
         else:
             raise AssertionError(f"unknown block {kind}")
     return "\n\n".join(out) + "\n"
+
+
+def _md_table_cell(table: Table, i: int, j: int) -> str:
+    text = _md_cell(table.rows[i][j])
+    href = table.links[i][j] if table.links else None
+    if href:
+        text = f"[{text}]({href})"
+    if j == 0 and table.row_ids and table.row_ids[i]:
+        text = f'<a id="{table.row_ids[i]}"></a>{text}'
+    return text
+
+
+def _html_table(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    rows = []
+    for i, row in enumerate(table.rows):
+        row_id = table.row_ids[i] if table.row_ids else None
+        cells = []
+        for j, text in enumerate(row):
+            href = table.links[i][j] if table.links else None
+            cls = table.classes[i][j] if table.classes else ""
+            body = html.escape(text)
+            if href:
+                body = f'<a href="{html.escape(href)}">{body}</a>'
+            cells.append(f'<td class="{cls}">{body}</td>' if cls else f"<td>{body}</td>")
+        rows.append((f'<tr id="{row_id}">' if row_id else "<tr>") + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# Severity colours of the grid and the tables; no table may be wider than a
+# 1400 px window (tests/test_report_browser.py measures it in Chromium).
+CSS = [
+    "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
+    "table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0}",
+    "td,th{border:1px solid #ccc;padding:.2rem .35rem;text-align:right;"
+    "overflow-wrap:break-word}",
+    "th{background:#f4f4f4;vertical-align:bottom;overflow-wrap:normal}",
+    "td:first-child,th:first-child{text-align:left}img{max-width:100%}",
+    "td.violation{background:#f4c7cd}td.stranded{background:#e0cdf7}",
+    "td.loss{background:#fbe3b0}td.ok{background:#cfe9d9}td.none{color:#999}",
+    "td.violation,td.stranded,td.loss,td.ok,td.none{text-align:center}",
+]
 
 
 def _html_text(text: str) -> str:
@@ -261,24 +502,19 @@ def _html_text(text: str) -> str:
 
 def render_html(blocks: Sequence[Block]) -> str:
     out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-           "<title>Durability report</title><style>",
-           "body{font-family:sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem}",
-           "table{border-collapse:collapse;font-size:.85rem}",
-           "td,th{border:1px solid #ccc;padding:.2rem .4rem;text-align:right}",
-           "td:first-child,th:first-child{text-align:left}img{max-width:100%}",
-           "</style></head><body>"]
+           "<title>Durability report</title><style>", *CSS, "</style></head><body>"]
     for kind, body in blocks:
         if kind in ("h1", "h2", "h3"):
-            out.append(f"<{kind}>{_html_text(body)}</{kind}>")
+            out.append(f'<{kind} id="{_slug(body)}">{_html_text(body)}</{kind}>')
         elif kind == "p":
             out.append(f"<p>{_html_text(body)}</p>")
         elif kind == "ul":
             out.append("<ul>" + "".join(f"<li>{_html_text(i)}</li>" for i in body) + "</ul>")
         elif kind == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in body.header)
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row)
-                           + "</tr>" for row in body.rows)
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            out.append(_html_table(body))
+        elif kind == "link":
+            text, href = body
+            out.append(f'<p><a href="{html.escape(href)}">{html.escape(text)}</a></p>')
         elif kind == "img":
             alt, path = body
             out.append(f'<p><img src="{html.escape(path)}" alt="{html.escape(alt)}"></p>')
@@ -305,11 +541,12 @@ def _mode_axes(fig: Figure, n: int) -> list[Any]:
 
 
 def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
+    """Per mode, the puts by outcome in absolute counts on a log axis, so a
+    handful of lost messages shows beside thousands of failed puts."""
     modes = _modes(verdicts)
-    shares: dict[str, list[float]] = {k: [] for k in OUTCOME_COLORS}
+    counts: dict[str, list[int]] = {k: [] for k in OUTCOME_COLORS}
     for role, flush in modes:
         g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        puts = max(int(g["puts"].sum()), 1)
         viol, allowed = g["promise_violations"].sum(), g["allowed_loss"].sum()
         # A stranded message that is also a violation is drawn as a violation;
         # per run, stranded minus violations is a lower bound on the rest.
@@ -318,23 +555,23 @@ def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
         values = [g["acked"].sum() - viol - allowed - stranded, allowed, stranded, viol,
                   g["failed"].sum() - indet, indet]
         for key, value in zip(OUTCOME_COLORS, values, strict=True):
-            shares[key].append(value / puts)
-    fig = Figure(figsize=(8, 1.2 + 0.7 * len(modes)))
+            counts[key].append(int(value))
+    fig = Figure(figsize=(10, 1.0 + 1.1 * len(modes)), layout="constrained")
     ax = fig.subplots()
-    labels = [mode_label(r, f) for r, f in modes]
-    left = np.zeros(len(modes))
-    for key, color in OUTCOME_COLORS.items():
-        ax.barh(labels, shares[key], left=left, color=color, label=key)
-        left += np.array(shares[key])
-    for i, (role, flush) in enumerate(modes):
-        g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        ax.text(1.01, i, f"violations {int(g['promise_violations'].sum()):,}\n"
-                f"allowed loss {int(g['allowed_loss'].sum()):,}", va="center", fontsize=8)
-    ax.set_xlim(0, 1)
+    height = 0.8 / len(OUTCOME_COLORS)
+    for k, (key, color) in enumerate(OUTCOME_COLORS.items()):
+        y = np.arange(len(modes)) + (k - (len(OUTCOME_COLORS) - 1) / 2) * height
+        widths = np.array(counts[key], dtype=float)
+        ax.barh(y, np.where(widths > 0, widths, np.nan), height=height, color=color, label=key)
+        for yi, n in zip(y, counts[key], strict=True):
+            ax.text(max(n, 1) * 1.15, yi, f"{n:,}", va="center", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlim(0.8, max(max(max(v) for v in counts.values()), 1) * 8)
+    ax.set_yticks(range(len(modes)), [mode_label(r, f) for r, f in modes], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("share of puts")
-    ax.set_title("Outcome of every put, per mode")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, fontsize=8)
+    ax.set_xlabel("puts (log scale)")
+    ax.set_title("Outcome of every put, per mode (absolute counts)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     return _save(fig, out_dir, "outcomes.png")
 
 
@@ -356,78 +593,25 @@ def plot_slave_ahead(out_dir: str, verdicts: pd.DataFrame) -> str:
     return _save(fig, out_dir, "slave_ahead.png")
 
 
-def _representative(g: pd.DataFrame) -> pd.Series:
-    n_faults = g["faults"].map(lambda s: len(s.split(",")) if s else 0)
-    order = g.assign(n_faults=n_faults).sort_values(
-        ["promise_violations", "n_faults", "run_id"], ascending=[False, False, True])
-    return order.iloc[0]
-
-
-def plot_latency(out_dir: str, verdicts: pd.DataFrame, timeline: pd.DataFrame,
-                 runs: Sequence[RunInfo]) -> str:
-    modes = _modes(verdicts)
-    by_id = {r.run_id: r for r in runs}
-    fig = Figure(figsize=(11, 3.2 * ((len(modes) + 1) // 2)), layout="constrained")
-    for ax, (role, flush) in zip(_mode_axes(fig, len(modes)), modes, strict=True):
-        pick = _representative(verdicts[(verdicts["role"] == role)
-                                        & (verdicts["flush"] == flush)])
-        run = by_id[pick["run_id"]]
-        t = timeline[(timeline["run_id"] == run.run_id) & (timeline["status"] == "PUT_OK")]
-        ax.plot(t["second"], t["latency_p50_ms"], label="p50", marker=".")
-        ax.plot(t["second"], t["latency_p99_ms"], label="p99", marker=".")
-        start = run.params["started_ms"]
-        seen: set[str] = set()
-        for f in run.faults:
-            begin = (f["start_ms"] - start) / 1000
-            end = (f["end_ms"] - start) / 1000 if f["end_ms"] is not None else begin + 0.5
-            label = f["kind"] if f["kind"] not in seen else None
-            seen.add(f["kind"])
-            ax.axvspan(begin, max(end, begin + 0.2), alpha=0.2, label=label,
-                       color=FAULT_COLORS.get(f["kind"], "#999999"))
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(ScalarFormatter())
-        ax.set_title(f"{mode_label(role, flush)}\n{run.run_id} ({run.params['scenario']})",
-                     fontsize=9)
-        ax.set_xlabel("seconds since run start")
-        ax.set_ylabel("PUT_OK latency, ms")
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir, "latency.png")
-
-
-def plot_failed_share(out_dir: str, verdicts: pd.DataFrame, timeline: pd.DataFrame) -> str:
-    modes = _modes(verdicts)
-    fig = Figure(figsize=(11, 3.2 * ((len(modes) + 1) // 2)), layout="constrained")
-    run_info = verdicts.set_index("run_id")[["role", "flush", "scenario"]]
-    t = timeline.join(run_info, on="run_id")
-    t = t.assign(failed=np.where(t["status"] != "PUT_OK", t["ops"], 0))
-    for ax, (role, flush) in zip(_mode_axes(fig, len(modes)), modes, strict=True):
-        g = t[(t["role"] == role) & (t["flush"] == flush)]
-        for scenario, s in g.groupby("scenario"):
-            per_s = s.groupby("second")[["failed", "ops"]].sum()
-            ax.plot(per_s.index, per_s["failed"] / per_s["ops"], label=str(scenario))
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(mode_label(role, flush), fontsize=9)
-        ax.set_xlabel("seconds since run start")
-        ax.set_ylabel("failed share of puts")
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir, "failed_share.png")
-
-
 def write_report(out_dir: str, *, verdicts: pd.DataFrame, comparison: pd.DataFrame,
                  timeline: pd.DataFrame, runs: Sequence[RunInfo],
-                 problems: Sequence[Problem]) -> list[str]:
-    """Write the plots, report.md and report.html; returns their paths."""
+                 problems: Sequence[Problem], lost: pd.DataFrame | None = None) -> list[str]:
+    """Write the plots, the run pages, report.md and report.html; returns
+    their paths."""
     os.makedirs(os.path.join(out_dir, PLOTS), exist_ok=True)
+    if lost is None:
+        lost = pd.DataFrame(columns=["run_id", "msg_id", "acked_offset", "held_by",
+                                     "lost_everywhere", "stranded", "violation"])
     plots = [
         ("Outcome of every put, per mode", plot_outcomes(out_dir, verdicts)),
         ("Slave ahead of the recovered master, per mode", plot_slave_ahead(out_dir, verdicts)),
-        ("PUT_OK latency over time, fault windows shaded",
-         plot_latency(out_dir, verdicts, timeline, runs)),
-        ("Share of failed puts over time", plot_failed_share(out_dir, verdicts, timeline)),
     ]
-    blocks = _document(verdicts, comparison, problems, plots)
-    paths = [os.path.join(out_dir, rel) for _, rel in plots]
+    pages = run_pages.write_run_pages(out_dir, verdicts, runs, lost)
+    featured = run_pages.featured(verdicts)[:FEATURED_RUNS]
+    lost_plots = [(run_id, pages.plots[run_id], run_page(run_id)) for run_id in featured
+                  if run_id in pages.plots]
+    blocks = _document(verdicts, comparison, problems, plots, lost_plots)
+    paths = [os.path.join(out_dir, rel) for _, rel in plots] + pages.paths
     for name, text in (("report.md", render_markdown(blocks)),
                        ("report.html", render_html(blocks))):
         path = os.path.join(out_dir, name)

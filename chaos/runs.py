@@ -30,9 +30,9 @@ from chaos.schema import (
     OBSERVATIONS,
     PARAMS,
     RECORDS,
-    SCHEMA_VERSION,
     SchemaError,
     check_row,
+    check_version,
     load_json_file,
     read_jsonl,
     validate_consumer_files,
@@ -165,9 +165,7 @@ def load_run(run_dir: str, index: int) -> RunInfo:
     # Runs written before the option existed recovered as RocketMQ does: they
     # cut corruption of flushed data.
     params.setdefault("corruption_policy", "truncate")
-    if params["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(f"{p_path}: schema_version {params['schema_version']}, "
-                          f"this dlab reads {SCHEMA_VERSION}")
+    check_version(params["schema_version"], p_path)
     if params["role"] not in promises.ROLES:
         raise SchemaError(f"{p_path}: role {params['role']!r} is not one of "
                           f"{', '.join(promises.ROLES)}")

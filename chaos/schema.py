@@ -27,8 +27,12 @@
 A fault row whose node is "consumer" (CONSUMER_NODE) acted on the consumer
 process, not on a node.
 
-Times are epoch milliseconds. Every JSON Lines file is UTF-8, one object a
-line. SCHEMA_VERSION changes whenever a field changes meaning.
+Times are epoch milliseconds, except history's invoke_us and complete_us
+(epoch microseconds, from schema_version 2: latencies are measured in µs).
+Every JSON Lines file is UTF-8, one object a line. SCHEMA_VERSION changes
+whenever a field changes meaning or is added; READABLE_VERSIONS are the
+versions this dlab still reads (a version 1 history has no µs times and is
+read at millisecond resolution).
 
 Statuses in history.status are PutStatus names plus INDETERMINATE (both in
 store/status.py): the call failed or timed out and the client cannot know
@@ -42,7 +46,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # field name -> (type, nullable, meaning). Types: str, int, bool, float, list, dict.
 PARAMS: dict[str, tuple[str, bool, str]] = {
@@ -70,6 +75,9 @@ HISTORY: dict[str, tuple[str, bool, str]] = {
     "attempt": ("int", False, "1 for the first send of msg_id, 2.. for client retries"),
     "invoke_ms": ("int", False, "when the call started"),
     "complete_ms": ("int", False, "when the answer (or the failure) came"),
+    "invoke_us": ("int", False, "invoke time in epoch microseconds (from schema_version 2)"),
+    "complete_us": ("int", False, "complete time in epoch microseconds (from schema_version "
+                                  "2); complete_us - invoke_us is the latency"),
     "status": ("str", False, "PutStatus name or INDETERMINATE"),
     "offset": ("int", True, "CommitLog offset the node reported, null if none"),
     "size": ("int", True, "record size the node reported, null if none"),
@@ -113,7 +121,7 @@ RECORDS: dict[str, tuple[str, bool, str]] = {
 
 # Fields added after SCHEMA_VERSION 1 was written: a row may lack them (older
 # results still read) and is then read as if they were null.
-OPTIONAL_FIELDS = frozenset({"record_hash"})
+OPTIONAL_FIELDS = frozenset({"record_hash", "invoke_us", "complete_us"})
 
 FINAL: dict[str, tuple[str, bool, str]] = {
     "name": ("str", False, "node name"),
@@ -216,6 +224,12 @@ def check_row(row: Any, fields: Mapping[str, tuple[str, bool, str]], where: str)
             raise SchemaError(f"{where}: field {name!r} should be {typ}, got {value!r}")
 
 
+def check_version(version: int, where: str) -> None:
+    if version not in READABLE_VERSIONS:
+        raise SchemaError(f"{where}: schema_version {version}, this dlab reads "
+                          f"{' and '.join(map(str, READABLE_VERSIONS))}")
+
+
 def write_json(path: str, obj: Mapping[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -277,11 +291,7 @@ def validate_run_dir(run_dir: str) -> list[str]:
 
     params = load_json_file(need("params.json"))
     check_row(params, PARAMS, f"{run_dir}/params.json")
-    if params["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{run_dir}/params.json: schema_version {params['schema_version']}, "
-            f"this dlab reads {SCHEMA_VERSION}"
-        )
+    check_version(params["schema_version"], f"{run_dir}/params.json")
     for rel, fields in (("history.jsonl", HISTORY), ("faults.jsonl", FAULTS),
                         ("observations.jsonl", OBSERVATIONS)):
         path = need(rel)

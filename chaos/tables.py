@@ -3,10 +3,13 @@ verdicts (one row per run), comparison (one row per comparison group) and
 timeline (operations per run, second and status). Nothing here touches
 Spark or files.
 
-Latency percentiles are exact, from value counts, interpolated linearly
-between the two nearest ranks — the same definition as Spark's `percentile`
-(and numpy's default) — so a group's p99 is over every PUT_OK of its runs,
-not an average of the runs' p99s.
+Latencies are in microseconds (to three significant digits, see
+chaos.pipeline._three_digits; whole milliseconds for histories written
+before schema_version 2). Percentiles are exact over those values, from
+value counts, interpolated linearly between the two nearest ranks — the
+same definition as Spark's `percentile` (and numpy's default) — so a
+group's p99 is over every PUT_OK of its runs, not an average of the runs'
+p99s.
 """
 
 from __future__ import annotations
@@ -70,14 +73,17 @@ def group_key(run: RunInfo) -> tuple[Any, ...]:
 
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
-                   consume: Mapping[int, Mapping[str, int | None] | None] | None = None
-                   ) -> pd.DataFrame:
+                   consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
+                   recovery: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
     ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
     AHEAD_COLUMNS; `consume`: run -> the
     consume-side figures (chaos.consumption), None for a run without a
-    consumer (its consume columns are then empty, not zero)."""
+    consumer (its consume columns are then empty, not zero); `recovery`:
+    run, fault_ms, put_ok_ms per fault that can stop writes (availability:
+    the time from each fault to the first PUT_OK invoked after it, null
+    when none came)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
     for (run_index, status), n in (timeline[timeline["status"] != PUT_OK]
@@ -85,6 +91,8 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         failed.setdefault(int(run_index), {})[str(status)] = int(n)
     puts = timeline.groupby("run")["ops"].sum()
     lat = {int(r): g for r, g in latency.groupby("run")}
+    rec = {int(r): g for r, g in (recovery if recovery is not None else pd.DataFrame(
+        columns=["run", "fault_ms", "put_ok_ms"])).groupby("run")}
     ahead_by = ahead.set_index("run")
     rows = []
     for run in runs:
@@ -97,8 +105,12 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         by_status = failed.get(i, {})
         n_puts = int(puts.get(i, 0))
         g = lat.get(i)
-        p50, p99 = (percentiles(g["ms"], g["n"], (0.5, 0.99)) if g is not None
+        p50, p99 = (percentiles(g["us"], g["n"], (0.5, 0.99)) if g is not None
                     else (None, None))
+        r = rec.get(i)
+        back = (None if r is None else
+                (r["put_ok_ms"].dropna().astype("int64") - r["fault_ms"][r["put_ok_ms"].notna()]
+                 .astype("int64")))
         a = ahead_by.loc[i] if i in ahead_by.index else None
         divergent = count("divergent_records")
         row: dict[str, Any] = {
@@ -136,7 +148,12 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
                             else "kept stores and read-back"),
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
-            "put_ok_p50_ms": p50, "put_ok_p99_ms": p99,
+            "put_ok_p50_us": p50, "put_ok_p99_us": p99,
+            # Availability: the longest time from a fault to the first
+            # PUT_OK invoked after it; whether some fault had none after it.
+            "fault_to_put_ok_s": (float(back.max()) / 1000 if back is not None and len(back)
+                                  else None),
+            "unwritable_until_end": bool(r is not None and r["put_ok_ms"].isna().any()),
             "run_dir": run.run_dir,
         }
         c = (consume or {}).get(i)
@@ -156,6 +173,14 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     return df.sort_values(["role", "flush", "scenario", "run_id"]).reset_index(drop=True)
 
 
+def _sum_counts(column: pd.Series) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for text in column:
+        for k, v in json.loads(text).items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
+
+
 def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
                      runs: Sequence[RunInfo]) -> pd.DataFrame:
     """One row per comparison group; latency percentiles over all its PUT_OKs."""
@@ -164,7 +189,7 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
     for key, group in verdicts.groupby(list(COMPARISON_KEYS), sort=True):
         puts = int(group["puts"].sum())
         lat = latency[latency["run"].isin([by_id[r] for r in group["run_id"]])]
-        lat = lat.groupby("ms")["n"].sum()
+        lat = lat.groupby("us")["n"].sum()
         p50, p99 = percentiles(lat.index, lat.to_numpy(), (0.5, 0.99))
         rows.append({
             **dict(zip(COMPARISON_KEYS, key, strict=True)),
@@ -186,9 +211,14 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "indeterminate": int(group["indeterminate"].sum()),
             "indeterminate_found": int(group["indeterminate_found"].sum()),
             "order_inversions": int(group["order_inversions"].sum()),
-            "put_ok_p50_ms": p50,
-            "put_ok_p99_ms": p99,
+            "put_ok_p50_us": p50,
+            "put_ok_p99_us": p99,
+            "failed": int(group["failed"].sum()),
             "failed_put_share": int(group["failed"].sum()) / puts if puts else 0.0,
+            "failed_by_status": json.dumps(_sum_counts(group["failed_by_status"]),
+                                           sort_keys=True),
+            "fault_to_put_ok_s_max": group["fault_to_put_ok_s"].max(),
+            "unwritable_runs": int(group["unwritable_until_end"].sum()),
             **{k: (int(group[k].sum()) if group[k].notna().any() else None)
                for k in CONSUME_COLUMNS},
         })

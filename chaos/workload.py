@@ -64,7 +64,7 @@ class WorkloadConfig:
 
 class Workload:
     def __init__(self, config: WorkloadConfig, sender: Sender, *, seed: int, node: str,
-                 run_tag: str, clock_ms: Callable[[], int] | None = None) -> None:
+                 run_tag: str, clock_ns: Callable[[], int] | None = None) -> None:
         self.config = config.validate()
         self.sender = sender
         self.seed = seed
@@ -72,7 +72,9 @@ class Workload:
         self.run_tag = run_tag
         self.history: list[dict[str, Any]] = []
         self._next_op = 0
-        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        # Wall-clock nanoseconds; history rows carry them as ms and as µs
+        # (the latency is complete_us - invoke_us).
+        self._clock_ns = clock_ns or time.time_ns
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -114,15 +116,16 @@ class Workload:
     async def _one(self, p: int, msg_id: str, body: bytes, attempt: int) -> str:
         op_id = self._next_op
         self._next_op += 1
-        invoke = self._clock_ms()
+        invoke = self._clock_ns()
         try:
             out = await self.sender.send(TOPIC, body, msg_id, self.config.timeout_s)
         except Exception as exc:  # the client reports failures as outcomes; belt and braces
             out = SendOutcome(INDETERMINATE, None, None, f"{type(exc).__name__}: {exc}")
-        complete = self._clock_ms()
+        complete = self._clock_ns()
         self.history.append({
             "op_id": op_id, "msg_id": msg_id, "producer": p, "attempt": attempt,
-            "invoke_ms": invoke, "complete_ms": complete, "status": out.status,
+            "invoke_ms": invoke // 1_000_000, "complete_ms": complete // 1_000_000,
+            "invoke_us": invoke // 1_000, "complete_us": complete // 1_000, "status": out.status,
             "offset": out.offset, "size": out.size, "node": self.node, "detail": out.detail,
         })
         if out.status in (INDETERMINATE, "SERVICE_NOT_AVAILABLE", "UNKNOWN_ERROR"):

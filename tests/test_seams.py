@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 import grpc
-from cluster.backend import Role
 
-from cluster import consume_service
-from cluster.node import Node, NodeConfig
+from cluster.node import consume_service
+from cluster.node.role import Role
+from cluster.node.server import Node, NodeConfig
 from ha.config import HAConfig
 from ha.transport import EOF, MasterStream, MemoryNetwork
 from proto import broker_pb2, ha_pb2
