@@ -689,7 +689,8 @@ def build_report(
             progress.step(f"checking {len(runs)} runs (Spark)")
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)
-    return _write(runs, problems, results, out_dir, progress)
+        # Inside: the consume figures and run pages read the re-read records.
+        return _write(runs, problems, results, out_dir, progress)
 
 
 def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dict[int, str]:

@@ -22,6 +22,7 @@ from chaos import cli
 from chaos.kept_stores import first_difference, reread, store_dir
 from chaos.readback import read_back
 from chaos.runs import find_run_dirs, load_runs
+from chaos.schema import write_json, write_jsonl
 from store.record import UNIQ_KEY, V4_FIXED_SIZE, Message, encode
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
@@ -70,6 +71,22 @@ def _kept_run(root: str, run_id: str, *, role: str, flush: str, n: int = 4,
     return run_dir, offsets
 
 
+def _consumer_files(run_dir: str, offsets: list[int]) -> None:
+    """One consumer that got every message once and drained."""
+    write_jsonl(os.path.join(run_dir, "consumed.jsonl"), [
+        {"incarnation": 1, "msg_id": f"m{i + 1}", "topic": "TopicTest", "queue_id": 0,
+         "queue_offset": i, "commitlog_offset": off, "node": "m", "node_role": "ASYNC_MASTER",
+         "time_ms": TS + 100 + i} for i, off in enumerate(offsets)])
+    write_jsonl(os.path.join(run_dir, "committed.jsonl"), [
+        {"incarnation": 1, "topic": "TopicTest", "queue_id": 0, "offset": len(offsets),
+         "time_ms": TS + 200}])
+    write_json(os.path.join(run_dir, "consumer.json"), {
+        "group": "g", "topic": "TopicTest", "commit_interval_ms": 5000, "incarnations": 1,
+        "exit_codes": [0], "drain_started_ms": TS + 150, "drained": True,
+        "ended_ms": TS + 300, "end_offsets": {"0": len(offsets)},
+        "max_offsets": {"m": {"0": len(offsets)}}})
+
+
 def _patch(run_dir: str, node: str, at: int, data: bytes) -> None:
     path = os.path.join(store_dir(run_dir, node), "commitlog", "0" * 20)
     with open(path, "r+b") as f:
@@ -106,6 +123,10 @@ def planted(spark: Any, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
     # CRC, other header bytes.
     run, off = _kept_run(root, "header-only", role="ASYNC_MASTER", flush="ASYNC_FLUSH")
     _patch(run, "s", off[1] + STORE_TS_AT, (TS + 999).to_bytes(8, "big"))
+    # A consuming run with kept stores: its consume figures come from the
+    # re-read stores too (they used to be read after those were removed).
+    run, off = _kept_run(root, "consumed", role="ASYNC_MASTER", flush="SYNC_FLUSH")
+    _consumer_files(run, off)
     # No kept store: one 200-byte master record against two 100-byte slave
     # records at the same offsets is one divergent message, not two offsets;
     # and a retried message acknowledged twice is one distinct message.
@@ -117,6 +138,13 @@ def planted(spark: Any, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
     status = cli.main(["report", root, "--out", out])
     verdicts = pd.read_parquet(os.path.join(out, "verdicts.parquet")).set_index("run_id")
     return verdicts, out, status
+
+
+def test_a_consuming_run_with_kept_stores_gets_its_consume_figures(planted: Any) -> None:
+    assert _pick(_row(planted, "consumed"), "judged_from delivered duplicates_delivered "
+                 "stored_never_delivered delivered_then_lost") == {
+        "judged_from": "kept stores", "delivered": 4, "duplicates_delivered": 0,
+        "stored_never_delivered": 0, "delivered_then_lost": 0}
 
 
 def _row(planted: Any, run_id: str) -> dict[str, Any]:
@@ -132,7 +160,7 @@ def test_a_store_unchanged_since_the_run_gives_the_read_back_verdict(planted: An
     verdicts, _, status = planted
     # Every run is reported; `dlab report` exits 1 because the planted ones
     # break promises (the violation and the zeroed tails).
-    assert status == 1 and len(verdicts) == 7
+    assert status == 1 and len(verdicts) == 8
     assert int((verdicts["verdict"] == "violation").sum()) == 2
     assert _pick(_row(planted, "clean"), "judged_from acked acked_lost_master "
                  "promise_violations divergent_records disk_damage_by_node "
