@@ -54,17 +54,20 @@ class Bug:
     verdict: str  # the expected verdict in words
     ha_ship_limit: str = "wrote"
     master_args: tuple[str, ...] = ()
+    slave_args: tuple[str, ...] = ()
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
     def run_fields(self) -> dict[str, Any]:
         """RunConfig fields of this bug's scenario (mode and tuning)."""
         return {"scenario": get_scenario(self.scenario), "role": self.role,
                 "flush": self.flush, "ha_ship_limit": self.ha_ship_limit,
-                "master_args": self.master_args, "workload": self.workload}
+                "master_args": self.master_args, "slave_args": self.slave_args,
+                "workload": self.workload}
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["master_args"] = list(self.master_args)
+        d["slave_args"] = list(self.slave_args)
         d["workload"] = asdict(self.workload)
         return d
 
@@ -81,12 +84,16 @@ CORPUS: tuple[Bug, ...] = (
                  "only later reports); DLedger/Controller modes truncate to an "
                  "epoch-consistent point; here the reject (default) and truncate policies",
         scenario="master-crash-after-ship", role="SYNC_MASTER", flush="ASYNC_FLUSH",
-        # A lazy flusher (4 MiB or the 10 s thorough flush): the crash surely
-        # leaves the slave ahead of the recovered master. A steady rate: a
-        # restarted master appends (and refuses, no slave yet) as fast as
-        # producers send, and unthrottled it passed the slave's offset before
-        # the slave was back (3 of 5 seeds), so no report was ever ahead.
-        master_args=("--flush-least-pages", "1024"),
+        # A lazy flusher (4 MiB, no thorough flush within the run): the
+        # crash loses all the master wrote since it started, which the slave
+        # holds. A restarted master appends (and refuses, no slave yet) as
+        # fast as producers send, so the slave must report before the master
+        # passes its offset: a steady rate, and a slave that retries within
+        # 0.2 s (with the default backoff of up to 5 s, on a loaded machine
+        # the master passed the slave's offset first in some seeds and no
+        # report was ever ahead).
+        master_args=("--flush-least-pages", "1024", "--flush-thorough-interval-ms", "600000"),
+        slave_args=("--ha-reconnect-max-ms", "200"),
         workload=WorkloadConfig(producers=4, rate_per_s=50.0),
         expected="replica_violations",
         verdict="replica promise violated: PUT_OKs after the master's restart that no "

@@ -212,6 +212,7 @@ def cmd_bugs(args: argparse.Namespace) -> int:
             print(f"  re-introduces: {b.reintroduces}")
             print(f"  real fix:      {b.real_fix}")
             tuning = f", master {' '.join(b.master_args)}" if b.master_args else ""
+            tuning += f", slaves {' '.join(b.slave_args)}" if b.slave_args else ""
             print(f"  scenario:      {b.scenario} ({b.role} + {b.flush}, ship limit "
                   f"{b.ha_ship_limit}{tuning})")
             print(f"  expected:      {b.verdict} ({b.expected} > 0 with the switch, 0 without)")

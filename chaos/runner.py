@@ -85,6 +85,9 @@ class RunConfig:
     # runs that must hold a timing window open, e.g. a lazy flusher so that a
     # crash surely finds acknowledged bytes unflushed.
     master_args: tuple[str, ...] = ()
+    # The same for the slaves, e.g. a short reconnect backoff so that a
+    # slave is back before a restarted master passes its offset.
+    slave_args: tuple[str, ...] = ()
     # Known RocketMQ bugs every node re-introduces (store/emulate.py; the
     # corpus is chaos/bugs.py), recorded in params.json.
     emulate: tuple[str, ...] = ()
@@ -321,7 +324,7 @@ class Run:
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("slave", "") if i == 0 else "",
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
-            emulate=cfg.emulate,
+            extra_args=cfg.slave_args, emulate=cfg.emulate,
         ) for i, s in enumerate(self.slaves))
         spec = ClusterSpec(directory=self.cluster_dir, master=master, slaves=slaves)
         history: list[dict[str, Any]] = []
@@ -502,6 +505,7 @@ class Run:
             "plan": {"step_delays_s": list(self.plan.step_delays_s),
                      "workload_seed": self.plan.workload_seed},
             "master_args": list(cfg.master_args),
+            "slave_args": list(cfg.slave_args),
             "emulate": sorted(cfg.emulate),
         })
         if not cfg.keep_cluster_dir:
