@@ -64,7 +64,8 @@ class WorkloadConfig:
 
 class Workload:
     def __init__(self, config: WorkloadConfig, sender: Sender, *, seed: int, node: str,
-                 run_tag: str, clock_ms: Callable[[], int] | None = None) -> None:
+                 run_tag: str, clock_ms: Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.config = config.validate()
         self.sender = sender
         self.seed = seed
@@ -73,6 +74,8 @@ class Workload:
         self.history: list[dict[str, Any]] = []
         self._next_op = 0
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        # Paces a rate (a simulated run passes its loop's virtual time).
+        self._monotonic = monotonic or time.monotonic
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -93,7 +96,7 @@ class Workload:
         rng = stream(self.seed, f"producer{p}")
         interval = 1.0 / cfg.rate_per_s if cfg.rate_per_s else 0.0
         seq = 0
-        next_at = time.monotonic()
+        next_at = self._monotonic()
         while not self._stop.is_set() and self._next_op < cfg.max_ops:
             size = rng.randint(cfg.body_min_bytes, cfg.body_max_bytes)
             body = rng.randbytes(size)
@@ -105,11 +108,11 @@ class Workload:
                     break
             if interval:
                 next_at += interval
-                delay = next_at - time.monotonic()
+                delay = next_at - self._monotonic()
                 if delay > 0:
                     await self._sleep(delay)
                 else:
-                    next_at = time.monotonic()
+                    next_at = self._monotonic()
 
     async def _one(self, p: int, msg_id: str, body: bytes, attempt: int) -> str:
         op_id = self._next_op

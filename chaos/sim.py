@@ -1,0 +1,622 @@
+"""`--backend sim`: a chaos run with the whole cluster in this process, on
+simulated time (issue 17).
+
+The master, its slaves and the producers run on one VirtualTimeLoop
+(store/sim_loop.py): time jumps to the next timer, nothing sleeps. The node
+code that runs is the real one (cluster/node/server.py's Node: store,
+recovery, group commit, the put path with its SYNC_MASTER waits, HA master
+and slave) through the seams: its store on a MemoryDisk (store/disk.py: a
+page cache, durable only at fsync), its flushes inline
+(store/flush_executor.py), its HA stream over a MemoryNetwork
+(ha/transport.py: FIFO streams, seeded delays, partitions, resets).
+
+Faults:
+- kill: the node's objects are dropped (its tasks cancelled, its streams
+  reset) and its disk replaced by `disk.crash()`: what a power cut leaves,
+  unsynced writes torn with the run's torn-write probability;
+- stop: Node.stop (clean: flush, checkpoint, remove `abort`), disk kept;
+- a `crash` failpoint crashes the node in-process at that point (the hook
+  Failpoints(on_crash=...)), exactly as a kill.
+
+Everything random comes from the seed: the step delays, failpoint hits and
+workload from the run plan (chaos/plan.py, the same plan a local run of
+that seed gets), and network delays and disk faults from one generator
+`stream(seed, "sim")`. Times in the results are simulated milliseconds from
+an epoch derived from the seed; nothing process-specific (pids, hostnames,
+wall-clock times, the random cluster token) is written. So the same seed
+and code give a byte-identical run directory.
+
+At the end each node's durable disk state is written as real files where a
+local run keeps its stores (RUN/cluster/nodes/NAME/data/), and read back
+with chaos/readback.py like any other run: the report reads a sim run
+unchanged.
+
+Not modelled yet: pause/resume (no process to SIGSTOP), the consumer
+process, disk damage steps (torn_tail, bit_flip), the `process` crash
+model; scenarios that need them are refused (SUPPORTED_SCENARIOS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import random
+import shutil
+import weakref
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from chaos.plan import RunPlan, plan_run, stream
+from chaos.readback import read_back
+from chaos.runner import RunConfig, _versions
+from chaos.scenarios import Step
+from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
+from chaos.workload import TOPIC, SendOutcome, Workload
+from cluster.backends.interface import NodeSpec, NodeState
+from cluster.node.role import Role
+from cluster.node.server import Node, NodeConfig
+from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.transport import MemoryNetwork
+from store import sim_loop
+from store.config import CorruptionPolicy
+from store.disk import DiskFaults, MemoryDisk
+from store.failpoints import Failpoints
+from store.flush_executor import InlineFlushExecutor
+from store.record import UNIQ_KEY, Message
+from store.sim_loop import VirtualTimeLoop
+from store.status import INDETERMINATE
+from store.store import StoreOpenError
+
+SUPPORTED_SCENARIOS = ("master-crash", "master-crash-unflushed", "clean-restart")
+# Cluster time a sim run covers by default: the load goes on after the
+# scenario's steps, so timer-driven behaviour happens many times per run.
+DEFAULT_DURATION_S = 60.0
+# Messages per second per producer when the run gives no rate: on simulated
+# time "as fast as acks come" has no bound (an ASYNC put takes no time).
+DEFAULT_RATE_PER_S = 25.0
+# One-way delay of a message (HA stream or client call), seconds.
+NET_DELAY_S = (0.0002, 0.002)
+# Per seed, the chance a crash tears a file's unsynced writes instead of
+# losing them whole (TigerBeetle's VOPR draws 80-100 %).
+TORN_WRITE_RANGE = (0.8, 1.0)
+SETTLE_QUIET_S = 1.0
+DATA_DIR = "/data"
+TOKEN = "sim-token"  # in-process: nothing to protect, and it must not vary
+
+_OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_node", default=None)
+
+
+class SimUnsupportedError(ValueError):
+    """A run the sim backend cannot run (yet); the message names what can."""
+
+
+class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to handle
+    """Unwinds the node code that hit a `crash` failpoint (a BaseException,
+    so no `except Exception` in node code mistakes it for a failure)."""
+
+
+def check_supported(scenarios: list[str], crash_model: str) -> None:
+    bad = [s for s in scenarios if s not in SUPPORTED_SCENARIOS]
+    if bad:
+        raise SimUnsupportedError(
+            f"the sim backend does not run scenario(s) {', '.join(bad)} yet; it runs "
+            f"{', '.join(SUPPORTED_SCENARIOS)} (use --backend local for the others)")
+    if crash_model != "power":
+        raise SimUnsupportedError("the sim backend models the power crash model only: "
+                                  "drop --crash-model process or use --backend local")
+
+
+def start_epoch_ms(seed: int) -> int:
+    """Simulated wall time at the start of a run: a fixed epoch plus a
+    whole number of seconds derived from the seed."""
+    return sim_loop.DEFAULT_START_WALL_MS + (seed % 1_000_000) * 1000
+
+
+def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
+    """The NodeConfig `dlab node` would build from the options a local
+    backend gives this spec (so both backends run the same configuration)."""
+    from cluster.cli.commands import _register_node, node_config_from_args
+
+    parser = argparse.ArgumentParser(prog="dlab")
+    _register_node(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["node", *spec.node_args(
+        data_dir=DATA_DIR, listen=listen, master=master, token_file="-")])
+    cfg: NodeConfig = node_config_from_args(args, token=TOKEN)
+    return cfg
+
+
+@dataclass
+class SimNode:
+    name: str
+    spec: NodeSpec
+    config: NodeConfig
+    disk: MemoryDisk
+    state: NodeState = NodeState.STOPPED
+    node: Node | None = None
+    incarnation: int = 0
+    dead: asyncio.Event = field(default_factory=asyncio.Event)
+    refused: str | None = None
+
+    @property
+    def address(self) -> str:
+        return self.config.listen
+
+
+class SimCluster:
+    """A master and its slaves on one VirtualTimeLoop: start, clean stop,
+    kill (power cut), partition and heal, as a backend does for a run."""
+
+    def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
+                 slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
+                 on_crash: Callable[[str], None]) -> None:
+        self.loop = loop
+        self.rng = rng
+        self.clock = loop.clock()
+        self.network = MemoryNetwork(loop, delay=lambda _msg: self.net_delay())
+        self.disk_faults = disk_faults
+        self._on_crash = on_crash
+        self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
+        loop.set_task_factory(self._task_factory)  # type: ignore[arg-type]
+        addr = "10.0.0.1:7001"
+        self.master = master.name
+        self.nodes: dict[str, SimNode] = {
+            master.name: self._sim_node(master, addr, None)}
+        for i, s in enumerate(slaves):
+            self.nodes[s.name] = self._sim_node(s, f"10.0.0.{i + 2}:7001", addr)
+
+    def _sim_node(self, spec: NodeSpec, listen: str, master: str | None) -> SimNode:
+        return SimNode(spec.name, spec, _node_config(spec, listen, master),
+                       MemoryDisk(self.rng, self.disk_faults, self.clock))
+
+    def net_delay(self) -> float:
+        return self.rng.uniform(*NET_DELAY_S)
+
+    def _task_factory(self, loop: asyncio.AbstractEventLoop,
+                      coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+                      context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        owner = (context or contextvars.copy_context()).get(_OWNER)
+        if owner is not None:
+            self._tasks.setdefault(owner, weakref.WeakSet()).add(task)
+        return task
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self, name: str) -> bool:
+        """Start (recover) a node; False when its store refused to open."""
+        n = self.nodes[name]
+        assert n.state is not NodeState.RUNNING, name
+        n.incarnation += 1
+        n.dead = asyncio.Event()
+        node = Node(n.config, clock=self.clock, executor=InlineFlushExecutor(),
+                    network=self.network, disk=n.disk)
+        spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
+        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name))
+        ctx = contextvars.copy_context()
+        ctx.run(_OWNER.set, name)
+        try:
+            await self.loop.create_task(node.start(), context=ctx)
+        except StoreOpenError as exc:
+            n.state, n.refused = NodeState.REFUSED, str(exc)
+            return False
+        n.node, n.state = node, NodeState.RUNNING
+        return True
+
+    async def stop(self, name: str) -> None:
+        n = self.nodes[name]
+        if n.node is not None and n.state is NodeState.RUNNING:
+            await n.node.stop()
+        n.node, n.state = None, NodeState.STOPPED
+        n.dead.set()
+
+    def kill(self, name: str) -> None:
+        """A power cut of the node's machine: its process is gone (tasks
+        cancelled, streams reset), its disk keeps what was durable."""
+        n = self.nodes[name]
+        if n.state is not NodeState.RUNNING:
+            return
+        n.disk = n.disk.crash()
+        n.node, n.state = None, NodeState.STOPPED
+        n.dead.set()
+        if name == self.master:
+            self.network.unserve(n.address)
+        else:
+            self.network.reset(n.address)
+        current = asyncio.current_task()
+        for task in sorted(self._tasks.pop(name, weakref.WeakSet()), key=id):
+            if task is not current:
+                task.cancel()
+
+    def _crash(self, name: str) -> None:
+        self.kill(name)
+        self._on_crash(name)
+        raise SimulatedCrash(name)
+
+    def partition(self, a: str, b: str) -> None:
+        self.network.partition(self.nodes[a].address, self.nodes[b].address)
+
+    def heal(self, a: str, b: str) -> None:
+        self.network.heal(self.nodes[a].address, self.nodes[b].address)
+
+    def wrote(self, name: str) -> int | None:
+        n = self.nodes[name]
+        if n.node is None or n.node.store is None:
+            return None
+        return n.node.store.log.wrote
+
+    def recovery(self, name: str) -> str:
+        n = self.nodes[name]
+        if n.node is None or n.node.store is None:
+            return f"refused: {n.refused}" if n.refused else "not running"
+        return json.dumps(n.node.store.state()["recovery"], sort_keys=True)
+
+    def slaves_connected(self) -> bool:
+        n = self.nodes[self.master].node
+        if n is None or n.ha_master is None:
+            return False
+        return sum(s.state == "connected" for s in n.ha_master.status()) >= len(self.nodes) - 1
+
+    def rejected_slaves(self) -> list[str]:
+        n = self.nodes[self.master].node
+        if n is None or n.ha_master is None:
+            return []
+        return sorted(s.slave for s in n.ha_master.status() if s.state == "rejected")
+
+    def export(self, name: str, dest: str) -> None:
+        """Write the node's durable disk state as real files under `dest`
+        (no lock file; an `abort` marker without the pid it holds)."""
+        disk = self.nodes[name].disk
+
+        def walk(src: str, out: str) -> None:
+            os.makedirs(out, exist_ok=True)
+            for entry in disk.listdir(src):
+                path = os.path.join(src, entry)
+                if disk.isdir(path):
+                    walk(path, os.path.join(out, entry))
+                elif entry != "lock":
+                    data = b"" if entry == "abort" else disk.durable_bytes(path)
+                    with open(os.path.join(out, entry), "wb") as f:
+                        f.write(data)
+
+        if disk.isdir(DATA_DIR):
+            walk(DATA_DIR, dest)
+
+
+class SimSender:
+    """A producer's client calls: a network delay each way, the node's put
+    path (Node.submit) in between. A call to a node that is down, or whose
+    node dies before answering, is INDETERMINATE, as a gRPC client sees it."""
+
+    def __init__(self, cluster: SimCluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+
+    async def send(self, topic: str, body: bytes, msg_id: str, timeout_s: float
+                   ) -> SendOutcome:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._send(topic, body, msg_id)
+        except TimeoutError:
+            return SendOutcome(INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded")
+
+    async def _send(self, topic: str, body: bytes, msg_id: str) -> SendOutcome:
+        c = self.cluster
+        await asyncio.sleep(c.net_delay())
+        n = c.nodes[self.name]
+        node = n.node
+        if node is None:
+            return SendOutcome(INDETERMINATE, None, None,
+                               f"UNAVAILABLE: {self.name} is down (connection refused)")
+        dead = n.dead
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+
+        def done(results: list[Any]) -> None:
+            if not dead.is_set() and not answer.done():  # a dead node answers no one
+                answer.set_result(results[0])
+
+        msg = Message(topic, body, {UNIQ_KEY: msg_id}, born_timestamp_ms=c.clock.wall_ms())
+        node.submit([msg], done)
+        died = loop.create_task(dead.wait())
+        try:
+            await asyncio.wait((answer, died), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            died.cancel()
+        if not answer.done():
+            return SendOutcome(INDETERMINATE, None, None,
+                               f"UNAVAILABLE: {self.name} went down during the call")
+        r = answer.result()
+        await asyncio.sleep(c.net_delay())
+        stored = r.status.stored
+        return SendOutcome(r.status.value, r.offset if stored else None,
+                           r.size if stored else None, r.detail or None)
+
+
+class _LogCapture(logging.Handler):
+    """The nodes' log lines, per node, stamped with simulated time."""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        super().__init__(logging.INFO)
+        self.loop = loop
+        self.lines: dict[str, list[str]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        owner = _OWNER.get() or "harness"
+        self.lines.setdefault(owner, []).append(
+            f"{self.loop.time():10.4f} {record.levelname} {record.name}: {record.getMessage()}")
+
+
+class SimRun:
+    """One chaos run on the sim backend; writes the same result directory
+    as chaos/runner.py's Run (chaos/schema.py), with backend=sim."""
+
+    def __init__(self, cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> None:
+        self.cfg = cfg.validate()
+        check_supported([cfg.scenario.name], cfg.crash_model)
+        self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
+        self.run_dir = os.path.join(cfg.out_dir, cfg.run_id)
+        self.cluster_dir = os.path.join(self.run_dir, "cluster")
+        self._log = log
+        self.rng = stream(cfg.seed, "sim")
+        self.disk_faults = DiskFaults(torn_write=round(self.rng.uniform(*TORN_WRITE_RANGE), 4))
+        self.master = "master"
+        self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
+        workload = cfg.workload
+        if workload.rate_per_s is None:
+            workload = replace(workload, rate_per_s=DEFAULT_RATE_PER_S)
+        self.workload = workload
+        self.faults: list[dict[str, Any]] = []
+        self.observations: list[dict[str, Any]] = []
+        self.recoveries: dict[str, list[str]] = {}
+        self.killed: set[str] = set()
+        self.loop_errors: list[str] = []
+        self.crashed_at: dict[str, int] = {}
+        self._slave_offsets: dict[str, int] = {}
+
+    # ------------------------------------------------------------ records
+    def _fault(self, kind: str, node: str | None, start: int, *, peer: str | None = None,
+               detail: str | None = None, end: int | None = None,
+               damages: bool = False) -> None:
+        self.faults.append({
+            "fault_id": len(self.faults), "kind": kind, "node": node, "peer": peer,
+            "start_ms": start, "end_ms": end, "damages_disk": damages, "detail": detail,
+        })
+        self._log(f"  fault {kind} {node or ''} {detail or ''}".rstrip())
+
+    def _spec(self, name: str, role: Role, failpoints: str) -> NodeSpec:
+        cfg = self.cfg
+        return NodeSpec(
+            name=name, role=role, flush=cfg.flush, crash_model=cfg.crash_model,
+            segment_size_bytes=cfg.segment_size_bytes,
+            slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
+            ha_ship_limit=ShipLimit(cfg.ha_ship_limit), failpoints=failpoints,
+            corruption_policy=CorruptionPolicy(cfg.corruption_policy),
+            extra_args=cfg.master_args if role is not Role.SLAVE else (),
+            emulate=cfg.emulate)
+
+    # ---------------------------------------------------------------- run
+    def execute(self) -> str:
+        if os.path.exists(self.run_dir):
+            shutil.rmtree(self.run_dir)
+        os.makedirs(self.run_dir)
+        capture: list[_LogCapture] = []
+        root = logging.getLogger()
+        old_level = root.level
+
+        async def main(loop: VirtualTimeLoop) -> None:
+            handler = _LogCapture(loop)
+            capture.append(handler)
+            root.addHandler(handler)
+            root.setLevel(logging.INFO)
+            loop.set_exception_handler(self._loop_error)
+            await self._main(loop, handler)
+
+        try:
+            sim_loop.run(main, start_wall_ms=start_epoch_ms(self.cfg.seed))
+        finally:
+            for h in capture:
+                root.removeHandler(h)
+            root.setLevel(old_level)
+        return self.run_dir
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, SimulatedCrash | asyncio.CancelledError):
+            return
+        # A dead node's leftovers fail on its crashed disk: expected; kept
+        # for the record, never fatal.
+        self.loop_errors.append(f"{context.get('message')}: {exc!r}"[:300])
+
+    async def _main(self, loop: VirtualTimeLoop, logs: _LogCapture) -> None:
+        cfg = self.cfg
+        started = loop.wall_ms()
+        master = self._spec(self.master, Role(cfg.role), self.plan.failpoints.get("master", ""))
+        slaves = tuple(self._spec(s, Role.SLAVE, self.plan.failpoints.get("slave", "")
+                                  if i == 0 else "") for i, s in enumerate(self.slaves))
+        cluster = SimCluster(loop, self.rng, master, slaves, self.disk_faults,
+                             on_crash=lambda name: self.crashed_at.setdefault(
+                                 name, loop.wall_ms()))
+        self.cluster = cluster
+        for name in (self.master, *self.slaves):
+            await cluster.start(name)
+            self.recoveries.setdefault(name, []).append(cluster.recovery(name))
+        deadline = loop.time() + 30.0
+        while not cluster.slaves_connected() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        workload = Workload(self.workload, SimSender(cluster, self.master),
+                            seed=self.plan.workload_seed, node=self.master,
+                            run_tag=f"s{cfg.seed}", clock_ms=loop.wall_ms, monotonic=loop.time)
+        duration = max(cfg.scenario.load_s, cfg.sim_duration_s)
+        load = asyncio.create_task(workload.run(duration + 60.0))
+        t0 = loop.time()
+        for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
+            await asyncio.sleep(delay)
+            await self._apply(cluster, step)
+        left = duration - (loop.time() - t0)
+        await asyncio.sleep(max(left, cfg.scenario.settle_s))
+        workload.stop()
+        history = await load
+        await self._end_phase(cluster)
+        self._write(cluster, history, started, loop.wall_ms(), loop.time() - t0, logs)
+
+    def _targets(self, target: str) -> list[str]:
+        if target == "master":
+            return [self.master]
+        if target == "slave":
+            return [self.slaves[0]]
+        return [self.master, *self.slaves]
+
+    async def _apply(self, cluster: SimCluster, step: Step) -> None:
+        t = cluster.clock.wall_ms()
+        for name in self._targets(step.target):
+            if step.action == "kill":
+                cluster.kill(name)
+                self.killed.add(name)
+                self._fault("kill", name, t)
+            elif step.action == "stop":
+                await cluster.stop(name)
+                self._fault("stop", name, t)
+            elif step.action in ("start", "restart"):
+                if step.action == "restart":
+                    await cluster.stop(name)
+                await self._start(cluster, name, step.action, t, None)
+            elif step.action == "await_crash":
+                await self._await_crash(cluster, name, t)
+            else:  # check_supported refuses the scenarios with other steps
+                raise SimUnsupportedError(f"step {step.action} is not simulated")
+
+    async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
+                     detail: str | None) -> None:
+        if name == self.master:
+            self._slave_offsets = {s: w for s in self.slaves
+                                   if (w := cluster.wrote(s)) is not None}
+        if not await cluster.start(name):
+            refused = cluster.nodes[name].refused
+            self._fault("refused", name, t, detail=refused)
+            self.recoveries.setdefault(name, []).append(f"refused: {refused}")
+            return
+        now = cluster.clock.wall_ms()
+        self._fault(action, name, t, end=now, detail=detail)
+        self.recoveries.setdefault(name, []).append(cluster.recovery(name))
+        n = cluster.nodes[name].node
+        if name == self.master and n is not None and n.store is not None:
+            recovered = n.store.recovery.max_valid_offset
+            for s, off in self._slave_offsets.items():
+                self.observations.append({
+                    "time_ms": now, "kind": "slave_ahead", "master": self.master, "slave": s,
+                    "master_offset": recovered, "slave_offset": off,
+                    "detail": f"slave ahead by {off - recovered} bytes"
+                    if off > recovered else "slave not ahead"})
+            self._slave_offsets = {}
+
+    async def _await_crash(self, cluster: SimCluster, name: str, t: int) -> None:
+        spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
+        deadline = cluster.loop.time() + 10.0
+        while cluster.loop.time() < deadline:
+            if cluster.nodes[name].state is NodeState.STOPPED:
+                self.killed.add(name)
+                self._fault("failpoint", name, self.crashed_at.get(name, t),
+                            detail=f"fired: {spec}")
+                return
+            await asyncio.sleep(0.05)
+        cluster.kill(name)
+        self.killed.add(name)
+        self._fault("kill", name, cluster.clock.wall_ms(),
+                    detail=f"failpoint {spec} did not fire in 10 s")
+
+    async def _end_phase(self, cluster: SimCluster) -> None:
+        for name in (self.master, *self.slaves):
+            if cluster.nodes[name].state is NodeState.STOPPED:
+                t = cluster.clock.wall_ms()
+                await self._start(cluster, name, "start", t, "end of run")
+        await self._settle(cluster)
+        for name in (*self.slaves, self.master):
+            await cluster.stop(name)
+
+    async def _settle(self, cluster: SimCluster) -> None:
+        loop = cluster.loop
+        deadline = loop.time() + self.cfg.settle_timeout_s
+        last: list[int | None] = []
+        last_change = loop.time()
+        detail = "replication did not settle in time"
+        while loop.time() < deadline:
+            mw = cluster.wrote(self.master)
+            sw = [cluster.wrote(s) for s in self.slaves]
+            if mw is not None and all(w is not None and w >= mw for w in sw):
+                detail = "replication settled"
+                break
+            rejected = cluster.rejected_slaves()
+            if rejected and len(rejected) == len(self.slaves):
+                # The policy refused a slave that is ahead: it will not catch up.
+                detail = f"slave(s) {', '.join(rejected)} rejected as ahead; logs kept"
+                break
+            if sw != last:
+                last, last_change = sw, loop.time()
+            elif loop.time() - last_change > SETTLE_QUIET_S:
+                detail = f"replication stalled: master at {mw}, slaves at {sw}"
+                break
+            await asyncio.sleep(0.1)
+        self.observations.append({
+            "time_ms": cluster.clock.wall_ms(), "kind": "settle", "master": self.master,
+            "slave": None, "master_offset": cluster.wrote(self.master), "slave_offset": None,
+            "detail": detail})
+
+    def _write(self, cluster: SimCluster, history: list[dict[str, Any]], started: int,
+               ended: int, simulated_s: float, logs: _LogCapture) -> None:
+        cfg = self.cfg
+        for name in (self.master, *self.slaves):
+            data_dir = os.path.join(self.cluster_dir, "nodes", name, "data")
+            cluster.export(name, data_dir)
+            rb = read_back(data_dir)
+            d = os.path.join(self.run_dir, "nodes", name)
+            os.makedirs(d, exist_ok=True)
+            write_jsonl(os.path.join(d, "records.jsonl"), rb.records)
+            write_json(os.path.join(d, "final.json"), {
+                "name": name, "role": cluster.nodes[name].config.role.value,
+                "min_offset": rb.min_offset, "flushed": rb.end_offset, "wrote": rb.end_offset,
+                "first_bad_offset": rb.first_bad_offset,
+                "recoveries": self.recoveries.get(name, []), "disk_damaged": False,
+                "killed": name in self.killed,
+            })
+            with open(os.path.join(d, "node.log"), "w", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in logs.lines.get(name, [])))
+        write_jsonl(os.path.join(self.run_dir, "history.jsonl"), history)
+        write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.faults)
+        write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.observations)
+        disk_faults: list[dict[str, Any]] = []
+        for name in (self.master, *self.slaves):
+            disk_faults += [{"node": name, **f} for f in cluster.nodes[name].disk.faults]
+        write_json(os.path.join(self.run_dir, "params.json"), {
+            "schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "role": cfg.role,
+            "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,
+            "backend": "sim", "crash_model": cfg.crash_model,
+            "slave_ahead_policy": cfg.slave_ahead_policy, "ha_ship_limit": cfg.ha_ship_limit,
+            "corruption_policy": cfg.corruption_policy,
+            "nodes": [{"name": n, "role": cluster.nodes[n].config.role.value}
+                      for n in (self.master, *self.slaves)],
+            "failpoints": {self.master if t == "master" else self.slaves[0]: s
+                           for t, s in self.plan.failpoints.items()},
+            "versions": _versions(), "started_ms": started, "ended_ms": ended,
+            "plan": {"step_delays_s": list(self.plan.step_delays_s),
+                     "workload_seed": self.plan.workload_seed},
+            "master_args": list(cfg.master_args),
+            "emulate": sorted(cfg.emulate),
+            # What only a simulated run has (chaos/sim.py).
+            "sim": {"simulated_s": round(simulated_s, 3),
+                    "rate_per_s": self.workload.rate_per_s,
+                    "producers": self.workload.producers,
+                    "net_delay_s": list(NET_DELAY_S),
+                    "disk_fault_rates": {"torn_write": self.disk_faults.torn_write,
+                                         "fsync_eio": self.disk_faults.fsync_eio,
+                                         "read_corruption": self.disk_faults.read_corruption},
+                    "disk_faults": disk_faults,
+                    "loop_errors": len(self.loop_errors)},
+        })
+        if not cfg.keep_cluster_dir:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.cluster_dir)
