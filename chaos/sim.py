@@ -57,12 +57,12 @@ from chaos.readback import read_back
 from chaos.runner import RunConfig, _versions
 from chaos.scenarios import Step
 from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
-from chaos.workload import TOPIC, SendOutcome, Workload
+from chaos.workload import SendOutcome, Workload
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.role import Role
 from cluster.node.server import Node, NodeConfig
 from ha.config import ShipLimit, SlaveAheadPolicy
-from ha.transport import MemoryNetwork
+from ha.transport import Handler, MasterStream, MemoryNetwork
 from store import sim_loop
 from store.config import CorruptionPolicy
 from store.disk import DiskFaults, MemoryDisk
@@ -131,6 +131,21 @@ def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
     return cfg
 
 
+class _OwnedNetwork(MemoryNetwork):
+    """A MemoryNetwork whose served streams run as the serving node's (its
+    logs and tasks are the master's, not those of the slave that opened
+    the stream)."""
+
+    def serve(self, address: str, handler: Handler, *, token: str) -> None:
+        owner = _OWNER.get()
+
+        async def owned(stream: MasterStream) -> None:
+            _OWNER.set(owner)  # in this stream's task only
+            await handler(stream)
+
+        super().serve(address, owned, token=token)
+
+
 @dataclass
 class SimNode:
     name: str
@@ -154,15 +169,15 @@ class SimCluster:
 
     def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
                  slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
-                 on_crash: Callable[[str], None]) -> None:
+                 on_crash: Callable[[str], object]) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
-        self.network = MemoryNetwork(loop, delay=lambda _msg: self.net_delay())
+        self.network = _OwnedNetwork(loop, delay=lambda _msg: self.net_delay())
         self.disk_faults = disk_faults
-        self._on_crash = on_crash
+        self._on_crash = on_crash  # told the node's name when a failpoint crashes it
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
-        loop.set_task_factory(self._task_factory)  # type: ignore[arg-type]
+        loop.set_task_factory(self._task_factory)
         addr = "10.0.0.1:7001"
         self.master = master.name
         self.nodes: dict[str, SimNode] = {
@@ -516,7 +531,10 @@ class SimRun:
 
     async def _await_crash(self, cluster: SimCluster, name: str, t: int) -> None:
         spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
-        deadline = cluster.loop.time() + 10.0
+        # A local run's load comes as fast as acks (the hit comes within
+        # 10 s); a sim run's at a rate, over a longer run: half of it.
+        wait_s = max(10.0, self.cfg.sim_duration_s / 2)
+        deadline = cluster.loop.time() + wait_s
         while cluster.loop.time() < deadline:
             if cluster.nodes[name].state is NodeState.STOPPED:
                 self.killed.add(name)
@@ -527,7 +545,7 @@ class SimRun:
         cluster.kill(name)
         self.killed.add(name)
         self._fault("kill", name, cluster.clock.wall_ms(),
-                    detail=f"failpoint {spec} did not fire in 10 s")
+                    detail=f"failpoint {spec} did not fire in {wait_s:g} s")
 
     async def _end_phase(self, cluster: SimCluster) -> None:
         for name in (self.master, *self.slaves):
