@@ -155,7 +155,9 @@ class SimNode:
     state: NodeState = NodeState.STOPPED
     node: Node | None = None
     incarnation: int = 0
-    dead: asyncio.Event = field(default_factory=asyncio.Event)
+    # Client calls the running incarnation has taken and not answered.
+    # (A dict: insertion order, so a kill fails them in a reproducible order.)
+    calls: dict[asyncio.Future[SendOutcome], None] = field(default_factory=dict)
     refused: str | None = None
 
     @property
@@ -176,7 +178,9 @@ class SimCluster:
         self.network = _OwnedNetwork(loop, delay=lambda _msg: self.net_delay())
         self.disk_faults = disk_faults
         self._on_crash = on_crash  # told the node's name when a failpoint crashes it
-        self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
+        # Each node's tasks, in creation order (weakly: a finished task goes).
+        self._tasks: dict[str, weakref.WeakKeyDictionary[asyncio.Task[Any], int]] = {}
+        self._created = 0
         loop.set_task_factory(self._task_factory)
         addr = "10.0.0.1:7001"
         self.master = master.name
@@ -198,7 +202,8 @@ class SimCluster:
         task = asyncio.Task(coro, loop=loop, context=context)
         owner = (context or contextvars.copy_context()).get(_OWNER)
         if owner is not None:
-            self._tasks.setdefault(owner, weakref.WeakSet()).add(task)
+            self._created += 1
+            self._tasks.setdefault(owner, weakref.WeakKeyDictionary())[task] = self._created
         return task
 
     # ------------------------------------------------------------ lifecycle
@@ -207,7 +212,7 @@ class SimCluster:
         n = self.nodes[name]
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
-        n.dead = asyncio.Event()
+        n.calls = {}
         node = Node(n.config, clock=self.clock, executor=InlineFlushExecutor(),
                     network=self.network, disk=n.disk)
         spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
@@ -227,7 +232,6 @@ class SimCluster:
         if n.node is not None and n.state is NodeState.RUNNING:
             await n.node.stop()
         n.node, n.state = None, NodeState.STOPPED
-        n.dead.set()
 
     def kill(self, name: str) -> None:
         """A power cut of the node's machine: its process is gone (tasks
@@ -237,13 +241,17 @@ class SimCluster:
             return
         n.disk = n.disk.crash()
         n.node, n.state = None, NodeState.STOPPED
-        n.dead.set()
+        calls, n.calls = n.calls, {}
+        for call in calls:  # fails each as its connection reset
+            _answer(call, SendOutcome(INDETERMINATE, None, None,
+                                      f"UNAVAILABLE: {name} went down during the call"))
         if name == self.master:
             self.network.unserve(n.address)
         else:
             self.network.reset(n.address)
         current = asyncio.current_task()
-        for task in sorted(self._tasks.pop(name, weakref.WeakSet()), key=id):
+        owned = self._tasks.pop(name, weakref.WeakKeyDictionary())
+        for task, _n in sorted(owned.items(), key=lambda item: item[1]):
             if task is not current:
                 task.cancel()
 
@@ -305,7 +313,8 @@ class SimCluster:
 class SimSender:
     """A producer's client calls: a network delay each way, the node's put
     path (Node.submit) in between. A call to a node that is down, or whose
-    node dies before answering, is INDETERMINATE, as a gRPC client sees it."""
+    node dies before answering, is INDETERMINATE, as a gRPC client sees it.
+    (Timers and one future per call, no task: this is the hot path.)"""
 
     def __init__(self, cluster: SimCluster, name: str) -> None:
         self.cluster = cluster
@@ -313,43 +322,47 @@ class SimSender:
 
     async def send(self, topic: str, body: bytes, msg_id: str, timeout_s: float
                    ) -> SendOutcome:
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._send(topic, body, msg_id)
-        except TimeoutError:
-            return SendOutcome(INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded")
-
-    async def _send(self, topic: str, body: bytes, msg_id: str) -> SendOutcome:
         c = self.cluster
-        await asyncio.sleep(c.net_delay())
+        loop = c.loop
+        answer: asyncio.Future[SendOutcome] = loop.create_future()
+        timer = loop.call_later(timeout_s, _answer, answer, SendOutcome(
+            INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded"))
+        msg = Message(topic, body, {UNIQ_KEY: msg_id}, born_timestamp_ms=c.clock.wall_ms())
+        loop.call_later(c.net_delay(), self._arrive, answer, msg)
+        try:
+            return await answer
+        finally:
+            timer.cancel()
+
+    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message) -> None:
+        c = self.cluster
         n = c.nodes[self.name]
         node = n.node
+        if answer.done():
+            return
         if node is None:
-            return SendOutcome(INDETERMINATE, None, None,
-                               f"UNAVAILABLE: {self.name} is down (connection refused)")
-        dead = n.dead
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[Any] = loop.create_future()
+            _answer(answer, SendOutcome(INDETERMINATE, None, None,
+                                        f"UNAVAILABLE: {self.name} is down (connection refused)"))
+            return
+        calls = n.calls
+        calls[answer] = None
 
         def done(results: list[Any]) -> None:
-            if not dead.is_set() and not answer.done():  # a dead node answers no one
-                answer.set_result(results[0])
+            calls.pop(answer, None)
+            if n.calls is not calls:  # the node died first: its answer reaches no one
+                return
+            r = results[0]
+            stored = r.status.stored
+            c.loop.call_later(c.net_delay(), _answer, answer, SendOutcome(
+                r.status.value, r.offset if stored else None, r.size if stored else None,
+                r.detail or None))
 
-        msg = Message(topic, body, {UNIQ_KEY: msg_id}, born_timestamp_ms=c.clock.wall_ms())
         node.submit([msg], done)
-        died = loop.create_task(dead.wait())
-        try:
-            await asyncio.wait((answer, died), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            died.cancel()
-        if not answer.done():
-            return SendOutcome(INDETERMINATE, None, None,
-                               f"UNAVAILABLE: {self.name} went down during the call")
-        r = answer.result()
-        await asyncio.sleep(c.net_delay())
-        stored = r.status.stored
-        return SendOutcome(r.status.value, r.offset if stored else None,
-                           r.size if stored else None, r.detail or None)
+
+
+def _answer(fut: asyncio.Future[SendOutcome], outcome: SendOutcome) -> None:
+    if not fut.done():
+        fut.set_result(outcome)
 
 
 class _LogCapture(logging.Handler):

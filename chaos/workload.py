@@ -12,7 +12,6 @@ do, which is how duplicates arise.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,16 +76,20 @@ class Workload:
         # Paces a rate (a simulated run passes its loop's virtual time).
         self._monotonic = monotonic or time.monotonic
         self._stop = asyncio.Event()
+        self._sleeping: set[asyncio.Future[None]] = set()
 
     def stop(self) -> None:
         self._stop.set()
+        for fut in self._sleeping:
+            if not fut.done():
+                fut.set_result(None)
 
     async def run(self, duration_s: float) -> list[dict[str, Any]]:
         """Run every producer until `duration_s` passes, stop() is called or
         max_ops is reached; returns the history (in invoke order)."""
         tasks = [asyncio.create_task(self._producer(p)) for p in range(self.config.producers)]
         await self._sleep(duration_s)
-        self._stop.set()
+        self.stop()
         await asyncio.gather(*tasks)
         self.history.sort(key=lambda row: row["op_id"])
         return self.history
@@ -133,6 +136,22 @@ class Workload:
         return out.status
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep, but wake as soon as stop() is called."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        """Sleep, but wake as soon as stop() is called. (A timer and a
+        future: wait_for would start a task per sleep, a cost a simulated
+        run pays on every operation.)"""
+        if self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _wake, fut)
+        self._sleeping.add(fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._sleeping.discard(fut)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
