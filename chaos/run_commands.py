@@ -122,12 +122,12 @@ def make_run(cfg: RunConfig, log: Any = None) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _check_sim(args, [args.scenario])
     try:
         cfg = RunConfig(scenario=scenarios.get(args.scenario), role=args.role, flush=args.flush,
                         seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
+    _check_sim(args, [args.scenario])
     _results_dir(args.out)
     # With --json stdout holds the one JSON object; the run's log goes to stderr.
     log = sys.stderr if args.json else sys.stdout

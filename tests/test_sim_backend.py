@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -177,3 +178,16 @@ def test_an_unsupported_scenario_is_refused_with_the_supported_ones(tmp_path: Pa
     assert "partition" in r.stderr and all(s in r.stderr for s in SUPPORTED_SCENARIOS)
     assert "Traceback" not in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_bench_sim_prints_its_figures_as_json() -> None:
+    r = subprocess.run([sys.executable, "-m", "chaos.cli", "bench", "sim", "--runs", "1",
+                        "--rate", "1", "--duration", "5", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["sim_runs"] == 12  # the three quick scenarios x the four modes
+    assert figures["sim_simulated_s_per_run"] >= 5.0
+    assert figures["sim_runs_per_min"] > 0 and figures["sim_puts_per_run"] > 0
+    assert figures["ratio"] == round(figures["sim_runs_per_min"] / 7.0, 1)
+    assert figures["local_measured"] is False
