@@ -73,7 +73,8 @@ from store.sim_loop import VirtualTimeLoop
 from store.status import INDETERMINATE
 from store.store import StoreOpenError
 
-SUPPORTED_SCENARIOS = ("master-crash", "master-crash-unflushed", "clean-restart")
+SUPPORTED_SCENARIOS = ("master-crash", "master-crash-unflushed", "clean-restart", "slave-crash",
+                       "double-crash")
 # Cluster time a sim run covers by default: the load goes on after the
 # scenario's steps, so timer-driven behaviour happens many times per run.
 DEFAULT_DURATION_S = 60.0

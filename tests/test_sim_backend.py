@@ -78,6 +78,20 @@ def test_a_sim_run_follows_the_result_schema_with_simulated_times(tmp_path: Path
     assert [f["kind"] for f in o.faults] == ["stop", "start"]
 
 
+def test_a_slave_crash_and_a_double_crash_recover_and_keep_the_sync_promises(
+        tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, "slave-crash", "SYNC_MASTER", "SYNC_FLUSH", 2)
+    o = run_outcome(run_dir)
+    assert [(f["kind"], f["node"]) for f in o.faults] == [("kill", "slave1"),
+                                                          ("start", "slave1")]
+    assert o.acked > 500 and o.acked_lost_master == 0 and not o.replication_stalled
+    run_dir = _run(tmp_path, "double-crash", "SYNC_MASTER", "SYNC_FLUSH", 2)
+    o = run_outcome(run_dir)
+    assert {f["node"] for f in o.faults} == {"master", "slave1"}
+    assert o.acked > 500 and o.acked_lost_everywhere == 0
+    assert judge_run(run_dir)["promise_violations"] == 0
+
+
 def test_async_modes_lose_acked_messages_on_a_master_crash_sync_modes_none(
         tmp_path: Path) -> None:
     lost = []
