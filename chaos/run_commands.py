@@ -16,7 +16,7 @@ from chaos.plan import plan_run
 from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, Run, RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.workload import WorkloadConfig
-from store.cli_args import UserError, positive_int
+from store.cli_args import UserError, positive_float, positive_int
 
 
 def _scenario_list(text: str) -> list[str]:
@@ -33,7 +33,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="where nodes run: local processes (default), docker-compose, or sim "
                    "(the whole cluster in this process on simulated time, clock, network "
                    "and disk; chaos/sim.py)")
-    p.add_argument("--sim-duration", type=float, default=60.0, metavar="S",
+    p.add_argument("--sim-duration", type=positive_float, default=60.0, metavar="S",
                    help="with --backend sim: seconds of cluster time a run covers "
                    "(default 60)")
     p.add_argument("--crash-model", choices=("power", "process"), default="power",
@@ -105,8 +105,6 @@ def _check_sim(args: argparse.Namespace, names: list[str]) -> None:
         check_supported(names, args.crash_model)
     except SimUnsupportedError as exc:
         raise UserError(str(exc)) from None
-    if args.sim_duration <= 0:
-        raise UserError("--sim-duration must be a positive number of seconds")
 
 
 def make_run(cfg: RunConfig, log: Any = None) -> Any:

@@ -16,7 +16,7 @@ from chaos import scenarios
 from chaos.runner import FLUSHES, ROLES, RunConfig
 from chaos.schema import load_json_file
 from chaos.workload import WorkloadConfig
-from store.cli_args import positive_int
+from store.cli_args import positive_float, positive_int
 
 GOAL_RATIO = 100.0
 
@@ -111,15 +111,15 @@ def register(subparsers: argparse._SubParsersAction, bench_subparsers: argparse.
     p.add_argument("--runs", type=positive_int, default=3,
                    help="sim runs per cell (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="base seed (default %(default)s)")
-    p.add_argument("--rate", type=float, default=None, metavar="PER_S",
+    p.add_argument("--rate", type=positive_float, default=None, metavar="PER_S",
                    help="messages per second per producer in the sim runs (default: the sim "
                         "backend's default)")
-    p.add_argument("--duration", type=float, default=60.0, metavar="S",
+    p.add_argument("--duration", type=positive_float, default=60.0, metavar="S",
                    help="simulated seconds per sim run (default %(default)s)")
     p.add_argument("--measure-local", action="store_true",
                    help="also run every cell once on the local backend (minutes) instead of "
                         "taking --local-runs-per-min")
-    p.add_argument("--local-runs-per-min", type=float, default=7.0,
+    p.add_argument("--local-runs-per-min", type=positive_float, default=7.0,
                    help="the local backend's quick-matrix runs per minute when not measured "
                         "(default %(default)s, docs/simulation.md)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")

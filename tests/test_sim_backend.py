@@ -205,3 +205,18 @@ def test_bench_sim_prints_its_figures_as_json() -> None:
     assert figures["sim_runs_per_min"] > 0 and figures["sim_puts_per_run"] > 0
     assert figures["ratio"] == round(figures["sim_runs_per_min"] / 7.0, 1)
     assert figures["local_measured"] is False
+
+
+def test_bad_sim_arguments_are_refused_with_exit_2(tmp_path: Path) -> None:
+    for args in (["bench", "sim", "--duration", "0"], ["bench", "sim", "--rate", "-1"],
+                 ["chaos", "run", "--backend", "sim", "--sim-duration", "-5", "--scenario",
+                  "master-crash", "--role", "SYNC_MASTER", "--flush", "SYNC_FLUSH",
+                  "--out", str(tmp_path)],
+                 ["chaos", "run", "--backend", "sim", "--crash-model", "process", "--scenario",
+                  "master-crash", "--role", "SYNC_MASTER", "--flush", "SYNC_FLUSH",
+                  "--out", str(tmp_path)]):
+        r = subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and r.stderr.strip(), (args, r.stderr)
+    assert "power crash model only" in r.stderr
