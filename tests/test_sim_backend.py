@@ -20,7 +20,8 @@ from chaos import scenarios
 from chaos.bugs import judge_run
 from chaos.runner import RunConfig
 from chaos.schema import load_json_file, validate_run_dir
-from chaos.sim import DATA_DIR, SUPPORTED_SCENARIOS, SimCluster, SimRun
+from chaos.sim import SUPPORTED_SCENARIOS, SimRun
+from chaos.sim_cluster import DATA_DIR, SimCluster
 from chaos.summary import run_outcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.role import Role
