@@ -11,10 +11,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from chaos import bench, commands, run_commands
+from chaos import bench, commands, run_commands, sim_bench
 from cluster.cli import main as cli
 
-REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register)
+REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register,
+            sim_bench.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from chaos.plan import plan_run
 from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, Run, RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.workload import WorkloadConfig
-from store.cli_args import UserError, positive_int
+from store.cli_args import UserError, positive_float, positive_int
 
 
 def _scenario_list(text: str) -> list[str]:
@@ -29,8 +29,13 @@ def _scenario_list(text: str) -> list[str]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=("local", "compose"), default="local",
-                   help="where nodes run: local processes (default) or docker-compose")
+    p.add_argument("--backend", choices=("local", "compose", "sim"), default="local",
+                   help="where nodes run: local processes (default), docker-compose, or sim "
+                   "(the whole cluster in this process on simulated time, clock, network "
+                   "and disk; chaos/sim.py)")
+    p.add_argument("--sim-duration", type=positive_float, default=60.0, metavar="S",
+                   help="with --backend sim: seconds of cluster time a run covers "
+                   "(default 60)")
     p.add_argument("--crash-model", choices=("power", "process"), default="power",
                    help="power (default): a kill loses unflushed bytes, like a power cut; "
                    "process: a kill loses nothing the OS holds")
@@ -60,7 +65,7 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "backend": args.backend, "crash_model": args.crash_model,
         "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
         "corruption_policy": args.corruption_policy, "slaves": args.slaves,
-        "emulate": _emulate(args.emulate),
+        "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
@@ -90,7 +95,24 @@ def _results_dir(path: str) -> None:
         raise UserError(f"--out {path} is not writable by this user; give another directory")
 
 
-def make_run(cfg: RunConfig, log: Any = None) -> Run:
+def _check_sim(args: argparse.Namespace, names: list[str]) -> None:
+    """--backend sim: refuse what it cannot run before any run starts."""
+    if args.backend != "sim":
+        return
+    from chaos.sim import SimUnsupportedError, check_supported
+
+    try:
+        check_supported(names, args.crash_model)
+    except SimUnsupportedError as exc:
+        raise UserError(str(exc)) from None
+
+
+def make_run(cfg: RunConfig, log: Any = None) -> Any:
+    """A run of `cfg` on its backend: anything with execute() -> run dir."""
+    if cfg.backend == "sim":
+        from chaos.sim import SimRun
+
+        return SimRun(cfg, log=log or (lambda s: None))
     from chaos.connect import backend_factory, sender_factory, status_of
 
     return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
@@ -103,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
+    _check_sim(args, [args.scenario])
     _results_dir(args.out)
     # With --json stdout holds the one JSON object; the run's log goes to stderr.
     log = sys.stderr if args.json else sys.stdout
@@ -126,6 +149,15 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     names = args.scenarios or list(
         scenarios.QUICK_MATRIX if args.quick else scenarios.DEFAULT_MATRIX)
     runs = args.runs or 1
+    if args.quick and args.backend == "sim":
+        from chaos.sim import SUPPORTED_SCENARIOS
+
+        left_out = [n for n in names if n not in SUPPORTED_SCENARIOS]
+        names = [n for n in names if n in SUPPORTED_SCENARIOS]
+        if left_out:
+            print(f"--quick on the sim backend leaves out {', '.join(left_out)} (not "
+                  "simulated yet)", flush=True)
+    _check_sim(args, names)
     for value, allowed, what in ((args.roles, ROLES, "role"), (args.flushes, FLUSHES, "flush")):
         bad = [v for v in value if v not in allowed]
         if bad:

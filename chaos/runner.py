@@ -91,6 +91,9 @@ class RunConfig:
     # Known RocketMQ bugs every node re-introduces (store/emulate.py; the
     # corpus is chaos/bugs.py), recorded in params.json.
     emulate: tuple[str, ...] = ()
+    # Cluster time a sim-backend run covers (chaos/sim.py; the load goes on
+    # after the steps); other backends run the scenario's load_s.
+    sim_duration_s: float = 60.0
 
     def validate(self) -> RunConfig:
         if self.role not in ROLES:
@@ -104,6 +107,8 @@ class RunConfig:
         if self.corruption_policy not in CORRUPTION_POLICIES:
             raise ValueError(f"corruption policy must be one of {', '.join(CORRUPTION_POLICIES)}"
                              f", got {self.corruption_policy!r}")
+        if self.sim_duration_s <= 0:
+            raise ValueError("the simulated duration must be positive")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
         self.workload.validate()

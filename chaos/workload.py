@@ -12,7 +12,6 @@ do, which is how duplicates arise.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +63,8 @@ class WorkloadConfig:
 
 class Workload:
     def __init__(self, config: WorkloadConfig, sender: Sender, *, seed: int, node: str,
-                 run_tag: str, clock_ns: Callable[[], int] | None = None) -> None:
+                 run_tag: str, clock_ns: Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.config = config.validate()
         self.sender = sender
         self.seed = seed
@@ -75,17 +75,23 @@ class Workload:
         # Wall-clock nanoseconds; history rows carry them as ms and as µs
         # (the latency is complete_us - invoke_us).
         self._clock_ns = clock_ns or time.time_ns
+        # Paces a rate (a simulated run passes its loop's virtual time).
+        self._monotonic = monotonic or time.monotonic
         self._stop = asyncio.Event()
+        self._sleeping: set[asyncio.Future[None]] = set()
 
     def stop(self) -> None:
         self._stop.set()
+        for fut in self._sleeping:
+            if not fut.done():
+                fut.set_result(None)
 
     async def run(self, duration_s: float) -> list[dict[str, Any]]:
         """Run every producer until `duration_s` passes, stop() is called or
         max_ops is reached; returns the history (in invoke order)."""
         tasks = [asyncio.create_task(self._producer(p)) for p in range(self.config.producers)]
         await self._sleep(duration_s)
-        self._stop.set()
+        self.stop()
         await asyncio.gather(*tasks)
         self.history.sort(key=lambda row: row["op_id"])
         return self.history
@@ -95,7 +101,7 @@ class Workload:
         rng = stream(self.seed, f"producer{p}")
         interval = 1.0 / cfg.rate_per_s if cfg.rate_per_s else 0.0
         seq = 0
-        next_at = time.monotonic()
+        next_at = self._monotonic()
         while not self._stop.is_set() and self._next_op < cfg.max_ops:
             size = rng.randint(cfg.body_min_bytes, cfg.body_max_bytes)
             body = rng.randbytes(size)
@@ -107,11 +113,11 @@ class Workload:
                     break
             if interval:
                 next_at += interval
-                delay = next_at - time.monotonic()
+                delay = next_at - self._monotonic()
                 if delay > 0:
                     await self._sleep(delay)
                 else:
-                    next_at = time.monotonic()
+                    next_at = self._monotonic()
 
     async def _one(self, p: int, msg_id: str, body: bytes, attempt: int) -> str:
         op_id = self._next_op
@@ -133,6 +139,22 @@ class Workload:
         return out.status
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep, but wake as soon as stop() is called."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        """Sleep, but wake as soon as stop() is called. (A timer and a
+        future: wait_for would start a task per sleep, a cost a simulated
+        run pays on every operation.)"""
+        if self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _wake, fut)
+        self._sleeping.add(fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._sleeping.discard(fut)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -62,7 +62,10 @@ class _Armed:
 
 
 class Failpoints:
-    def __init__(self, spec: str = "") -> None:
+    def __init__(self, spec: str = "", *, on_crash: Callable[[], None] | None = None) -> None:
+        # `on_crash` replaces the SIGKILL of the `crash` actions (a simulated
+        # cluster crashes the node in-process: chaos/sim.py).
+        self._on_crash = on_crash
         self._armed: dict[str, _Armed] = {}
         self.fired: list[str] = []
         for item in filter(None, (p.strip() for p in spec.split(","))):
@@ -121,7 +124,7 @@ class Failpoints:
         print(f"failpoint {name} fired ({fp.action}) on hit {fp.hits}", file=sys.stderr,
               flush=True)
         if fp.action == "crash":
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._crash()
         elif fp.action == "eio":
             if on_eio is not None:
                 on_eio()
@@ -129,7 +132,13 @@ class Failpoints:
         else:
             time.sleep(fp.delay_ms / 1000)
             if fp.action == "delay+crash":
-                os.kill(os.getpid(), signal.SIGKILL)
+                self._crash()
+
+    def _crash(self) -> None:
+        if self._on_crash is not None:
+            self._on_crash()
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def armed(self, name: str) -> bool:
         return name in self._armed

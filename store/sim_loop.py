@@ -90,6 +90,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         """Milliseconds since the epoch, derived from the virtual time."""
         return self._start_wall_ms + int(self._now * 1000)
 
+    def wall_ns(self) -> int:
+        """Nanoseconds since the epoch, derived from the virtual time (the
+        history's µs latencies)."""
+        return self._start_wall_ms * 1_000_000 + int(self._now * 1_000_000_000)
+
     def clock(self) -> LoopClock:
         """The store Clock that is this loop's time."""
         return LoopClock(self, wall_ms=self.wall_ms)

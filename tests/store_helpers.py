@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from store.clock import Clock
 from store.config import TESTING, StoreConfig
 from store.record import BLANK_MAGIC, MESSAGE_MAGIC, UNIQ_KEY, Message, Record, peek
 from store.segments import segment_name
@@ -42,11 +43,12 @@ def fill(
     body_size: int = 200,
     prefix: str = "m",
     first: int = 0,
+    clock: Clock | None = None,
 ) -> list[PutResult]:
     """Open the store, put n messages (batches of 64), close it cleanly."""
 
     async def run() -> list[PutResult]:
-        s = MessageStore.open(str(path), config)
+        s = MessageStore.open(str(path), config, clock=clock)
         await s.start()
         out: list[PutResult] = []
         try:

@@ -252,11 +252,22 @@ def test_a_refused_batch_does_not_make_the_checkpoint_claim_a_later_record(
     assert ids(records) == names(0, 20) and report.abnormal and report.corruption is None
 
 
+class TickingClock(ManualClock):
+    """A clock whose wall time moves one millisecond at every reading."""
+
+    def wall_ms(self) -> int:
+        self.advance(0.001)
+        return super().wall_ms()
+
+
 def test_zeros_where_the_checkpoint_says_records_were_flushed_are_a_hole(tmp_path: Path) -> None:
     """A zeroed block in the middle of flushed data (a lost write) reads as a
     zero header, which normally ends the data; the checkpoint naming a later
-    record tells it from the end: refused, not silently cut."""
-    results = fill(tmp_path, 300)
+    record tells it from the end: refused, not silently cut. The store
+    timestamps rise by a millisecond each, so the checkpoint's names a record
+    later than the hole however fast the machine (on the system clock every
+    record could share one millisecond, and no later record be provable)."""
+    results = fill(tmp_path, 300, clock=TickingClock())
     victim = results[150]
     patch(tmp_path, victim.offset, bytes(4096))
     mark_abnormal(tmp_path)

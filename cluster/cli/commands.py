@@ -142,17 +142,20 @@ def _add_corruption_policy(p: Any) -> None:
                         "repair the range from a replica (CRC-verified)")
 
 
-def node_config_from_args(args: argparse.Namespace) -> Any:
+def node_config_from_args(args: argparse.Namespace, *, token: str | None = None) -> Any:
+    """The NodeConfig of `dlab node` ARGS; `token` given (a simulated
+    cluster, chaos/sim.py) instead of read from --token-file."""
     from cluster.node.auth import TokenError, read_token_file
     from cluster.node.server import NodeConfig
     from ha.config import HAConfig
     from store.config import ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 
     emulate = emulate_arg(args.emulate)
-    try:
-        token = read_token_file(args.token_file)
-    except TokenError as exc:
-        raise UserError(str(exc)) from None
+    if token is None:
+        try:
+            token = read_token_file(args.token_file)
+        except TokenError as exc:
+            raise UserError(str(exc)) from None
     store = StoreConfig(emulate=emulate,
         segment_size_bytes=args.segment_size, max_message_size_bytes=args.max_message_size,
         flush_mode=FlushMode(args.flush), crash_model=CrashModel(args.crash_model),

@@ -50,6 +50,7 @@ from ha.transport import MemoryNetwork
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
 from store.clock import Clock, LoopClock, SystemClock
 from store.config import ConfigError, CorruptionPolicy, StoreConfig
+from store.disk import Disk
 from store.failpoints import Failpoints
 from store.flush_executor import FlushExecutor
 from store.record import CorruptRecordError, Message
@@ -128,8 +129,9 @@ class Node:
 
     def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
                  executor: FlushExecutor | None = None,
-                 network: MemoryNetwork | None = None) -> None:
+                 network: MemoryNetwork | None = None, disk: Disk | None = None) -> None:
         self.config = config.validate()
+        self.disk = disk  # where the store's files live (store/disk.py; default: the OS)
         self.clock = clock or SystemClock()
         self.executor = executor
         self.network = network
@@ -163,7 +165,7 @@ class Node:
                   else None)
         self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
                                        failpoints=self.failpoints, repair_source=source,
-                                       executor=self.executor)
+                                       executor=self.executor, disk=self.disk)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
         await self.store.start()
         if self.network is not None:

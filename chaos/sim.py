@@ -1,0 +1,382 @@
+"""`--backend sim`: a chaos run with the whole cluster in this process, on
+simulated time (issue 17).
+
+The master, its slaves and the producers run on one VirtualTimeLoop
+(store/sim_loop.py): time jumps to the next timer, nothing sleeps. The node
+code that runs is the real one (cluster/node/server.py's Node: store,
+recovery, group commit, the put path with its SYNC_MASTER waits, HA master
+and slave) through the seams: its store on a MemoryDisk (store/disk.py: a
+page cache, durable only at fsync), its flushes inline
+(store/flush_executor.py), its HA stream over a MemoryNetwork
+(ha/transport.py: FIFO streams, seeded delays, partitions, resets).
+
+Faults:
+- kill: the node's objects are dropped (its tasks cancelled, its streams
+  reset) and its disk replaced by `disk.crash()`: what a power cut leaves,
+  unsynced writes torn with the run's torn-write probability;
+- stop: Node.stop (clean: flush, checkpoint, remove `abort`), disk kept;
+- a `crash` failpoint crashes the node in-process at that point (the hook
+  Failpoints(on_crash=...)), exactly as a kill.
+
+Everything random comes from the seed: the step delays, failpoint hits and
+workload from the run plan (chaos/plan.py, the same plan a local run of
+that seed gets), and network delays and disk faults from one generator
+`stream(seed, "sim")`. Times in the results are simulated milliseconds from
+an epoch derived from the seed; nothing process-specific (pids, hostnames,
+wall-clock times, the random cluster token) is written. So the same seed
+and code give a byte-identical run directory.
+
+At the end each node's durable disk state is written as real files where a
+local run keeps its stores (RUN/cluster/nodes/NAME/data/), and read back
+with chaos/readback.py like any other run: the report reads a sim run
+unchanged.
+
+Not modelled yet: pause/resume (no process to SIGSTOP), the consumer
+process, disk damage steps (torn_tail, bit_flip), the `process` crash
+model; scenarios that need them are refused (SUPPORTED_SCENARIOS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from chaos.plan import RunPlan, plan_run, stream
+from chaos.readback import read_back
+from chaos.runner import RunConfig, _versions
+from chaos.scenarios import Step
+from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
+from chaos.sim_cluster import NET_DELAY_S, OWNER, SimCluster, SimSender, SimulatedCrash
+from chaos.workload import Workload
+from cluster.backends.interface import NodeSpec, NodeState
+from cluster.node.role import Role
+from ha.config import ShipLimit, SlaveAheadPolicy
+from store import sim_loop
+from store.config import CorruptionPolicy
+from store.disk import DiskFaults
+from store.sim_loop import VirtualTimeLoop
+
+SUPPORTED_SCENARIOS = ("master-crash", "master-crash-unflushed", "clean-restart", "slave-crash",
+                       "double-crash")
+# Messages per second per producer when the run gives no rate: on simulated
+# time "as fast as acks come" has no bound (an ASYNC put takes no time).
+DEFAULT_RATE_PER_S = 25.0
+# Per seed, the chance a crash tears a file's unsynced writes instead of
+# losing them whole (TigerBeetle's VOPR draws 80-100 %).
+TORN_WRITE_RANGE = (0.8, 1.0)
+SETTLE_QUIET_S = 1.0
+
+
+class SimUnsupportedError(ValueError):
+    """A run the sim backend cannot run (yet); the message names what can."""
+
+
+def check_supported(scenarios: list[str], crash_model: str) -> None:
+    bad = [s for s in scenarios if s not in SUPPORTED_SCENARIOS]
+    if bad:
+        raise SimUnsupportedError(
+            f"the sim backend does not run scenario(s) {', '.join(bad)} yet; it runs "
+            f"{', '.join(SUPPORTED_SCENARIOS)} (use --backend local for the others)")
+    if crash_model != "power":
+        raise SimUnsupportedError("the sim backend models the power crash model only: "
+                                  "drop --crash-model process or use --backend local")
+
+
+def start_epoch_ms(seed: int) -> int:
+    """Simulated wall time at the start of a run: a fixed epoch plus a
+    whole number of seconds derived from the seed."""
+    return sim_loop.DEFAULT_START_WALL_MS + (seed % 1_000_000) * 1000
+
+
+class _LogCapture(logging.Handler):
+    """The nodes' log lines, per node, stamped with simulated time."""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        super().__init__(logging.INFO)
+        self.loop = loop
+        self.lines: dict[str, list[str]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        owner = OWNER.get() or "harness"
+        self.lines.setdefault(owner, []).append(
+            f"{self.loop.time():10.4f} {record.levelname} {record.name}: {record.getMessage()}")
+
+
+class SimRun:
+    """One chaos run on the sim backend; writes the same result directory
+    as chaos/runner.py's Run (chaos/schema.py), with backend=sim."""
+
+    def __init__(self, cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> None:
+        self.cfg = cfg.validate()
+        check_supported([cfg.scenario.name], cfg.crash_model)
+        self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
+        self.run_dir = os.path.join(cfg.out_dir, cfg.run_id)
+        self.cluster_dir = os.path.join(self.run_dir, "cluster")
+        self._log = log
+        self.rng = stream(cfg.seed, "sim")
+        self.disk_faults = DiskFaults(torn_write=round(self.rng.uniform(*TORN_WRITE_RANGE), 4))
+        self.master = "master"
+        self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
+        workload = cfg.workload
+        if workload.rate_per_s is None:
+            workload = replace(workload, rate_per_s=DEFAULT_RATE_PER_S)
+        self.workload = workload
+        self.faults: list[dict[str, Any]] = []
+        self.observations: list[dict[str, Any]] = []
+        self.recoveries: dict[str, list[str]] = {}
+        self.killed: set[str] = set()
+        self.loop_errors: list[str] = []
+        self.crashed_at: dict[str, int] = {}
+        self._slave_offsets: dict[str, int] = {}
+
+    # ------------------------------------------------------------ records
+    def _fault(self, kind: str, node: str | None, start: int, *, peer: str | None = None,
+               detail: str | None = None, end: int | None = None,
+               damages: bool = False) -> None:
+        self.faults.append({
+            "fault_id": len(self.faults), "kind": kind, "node": node, "peer": peer,
+            "start_ms": start, "end_ms": end, "damages_disk": damages, "detail": detail,
+        })
+        self._log(f"  fault {kind} {node or ''} {detail or ''}".rstrip())
+
+    def _spec(self, name: str, role: Role, failpoints: str) -> NodeSpec:
+        cfg = self.cfg
+        return NodeSpec(
+            name=name, role=role, flush=cfg.flush, crash_model=cfg.crash_model,
+            segment_size_bytes=cfg.segment_size_bytes,
+            slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
+            ha_ship_limit=ShipLimit(cfg.ha_ship_limit), failpoints=failpoints,
+            corruption_policy=CorruptionPolicy(cfg.corruption_policy),
+            extra_args=cfg.master_args if role is not Role.SLAVE else (),
+            emulate=cfg.emulate)
+
+    # ---------------------------------------------------------------- run
+    def execute(self) -> str:
+        if os.path.exists(self.run_dir):
+            shutil.rmtree(self.run_dir)
+        os.makedirs(self.run_dir)
+        capture: list[_LogCapture] = []
+        root = logging.getLogger()
+        old_level = root.level
+
+        async def main(loop: VirtualTimeLoop) -> None:
+            handler = _LogCapture(loop)
+            capture.append(handler)
+            root.addHandler(handler)
+            root.setLevel(logging.INFO)
+            loop.set_exception_handler(self._loop_error)
+            await self._main(loop, handler)
+
+        try:
+            sim_loop.run(main, start_wall_ms=start_epoch_ms(self.cfg.seed))
+        finally:
+            for h in capture:
+                root.removeHandler(h)
+            root.setLevel(old_level)
+        return self.run_dir
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, SimulatedCrash | asyncio.CancelledError):
+            return
+        # A dead node's leftovers fail on its crashed disk: expected; kept
+        # for the record, never fatal.
+        self.loop_errors.append(f"{context.get('message')}: {exc!r}"[:300])
+
+    async def _main(self, loop: VirtualTimeLoop, logs: _LogCapture) -> None:
+        cfg = self.cfg
+        started = loop.wall_ms()
+        master = self._spec(self.master, Role(cfg.role), self.plan.failpoints.get("master", ""))
+        slaves = tuple(self._spec(s, Role.SLAVE, self.plan.failpoints.get("slave", "")
+                                  if i == 0 else "") for i, s in enumerate(self.slaves))
+        cluster = SimCluster(loop, self.rng, master, slaves, self.disk_faults,
+                             on_crash=lambda name: self.crashed_at.setdefault(
+                                 name, loop.wall_ms()))
+        self.cluster = cluster
+        for name in (self.master, *self.slaves):
+            await cluster.start(name)
+            self.recoveries.setdefault(name, []).append(cluster.recovery(name))
+        deadline = loop.time() + 30.0
+        while not cluster.slaves_connected() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        workload = Workload(self.workload, SimSender(cluster, self.master),
+                            seed=self.plan.workload_seed, node=self.master,
+                            run_tag=f"s{cfg.seed}", clock_ns=loop.wall_ns, monotonic=loop.time)
+        duration = max(cfg.scenario.load_s, cfg.sim_duration_s)
+        load = asyncio.create_task(workload.run(duration + 60.0))
+        t0 = loop.time()
+        for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
+            await asyncio.sleep(delay)
+            await self._apply(cluster, step)
+        left = duration - (loop.time() - t0)
+        await asyncio.sleep(max(left, cfg.scenario.settle_s))
+        workload.stop()
+        history = await load
+        await self._end_phase(cluster)
+        self._write(cluster, history, started, loop.wall_ms(), loop.time() - t0, logs)
+
+    def _targets(self, target: str) -> list[str]:
+        if target == "master":
+            return [self.master]
+        if target == "slave":
+            return [self.slaves[0]]
+        return [self.master, *self.slaves]
+
+    async def _apply(self, cluster: SimCluster, step: Step) -> None:
+        t = cluster.clock.wall_ms()
+        for name in self._targets(step.target):
+            if step.action == "kill":
+                cluster.kill(name)
+                self.killed.add(name)
+                self._fault("kill", name, t)
+            elif step.action == "stop":
+                await cluster.stop(name)
+                self._fault("stop", name, t)
+            elif step.action in ("start", "restart"):
+                if step.action == "restart":
+                    await cluster.stop(name)
+                await self._start(cluster, name, step.action, t, None)
+            elif step.action == "await_crash":
+                await self._await_crash(cluster, name, t)
+            else:  # check_supported refuses the scenarios with other steps
+                raise SimUnsupportedError(f"step {step.action} is not simulated")
+
+    async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
+                     detail: str | None) -> None:
+        if name == self.master:
+            self._slave_offsets = {s: w for s in self.slaves
+                                   if (w := cluster.wrote(s)) is not None}
+        if not await cluster.start(name):
+            refused = cluster.nodes[name].refused
+            self._fault("refused", name, t, detail=refused)
+            self.recoveries.setdefault(name, []).append(f"refused: {refused}")
+            return
+        now = cluster.clock.wall_ms()
+        self._fault(action, name, t, end=now, detail=detail)
+        self.recoveries.setdefault(name, []).append(cluster.recovery(name))
+        n = cluster.nodes[name].node
+        if name == self.master and n is not None and n.store is not None:
+            recovered = n.store.recovery.max_valid_offset
+            for s, off in self._slave_offsets.items():
+                self.observations.append({
+                    "time_ms": now, "kind": "slave_ahead", "master": self.master, "slave": s,
+                    "master_offset": recovered, "slave_offset": off,
+                    "detail": f"slave ahead by {off - recovered} bytes"
+                    if off > recovered else "slave not ahead"})
+            self._slave_offsets = {}
+
+    async def _await_crash(self, cluster: SimCluster, name: str, t: int) -> None:
+        spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
+        # A local run's load comes as fast as acks (the hit comes within
+        # 10 s); a sim run's at a rate, over a longer run: half of it.
+        wait_s = max(10.0, self.cfg.sim_duration_s / 2)
+        deadline = cluster.loop.time() + wait_s
+        while cluster.loop.time() < deadline:
+            if cluster.nodes[name].state is NodeState.STOPPED:
+                self.killed.add(name)
+                self._fault("failpoint", name, self.crashed_at.get(name, t),
+                            detail=f"fired: {spec}")
+                return
+            await asyncio.sleep(0.05)
+        cluster.kill(name)
+        self.killed.add(name)
+        self._fault("kill", name, cluster.clock.wall_ms(),
+                    detail=f"failpoint {spec} did not fire in {wait_s:g} s")
+
+    async def _end_phase(self, cluster: SimCluster) -> None:
+        for name in (self.master, *self.slaves):
+            if cluster.nodes[name].state is NodeState.STOPPED:
+                t = cluster.clock.wall_ms()
+                await self._start(cluster, name, "start", t, "end of run")
+        await self._settle(cluster)
+        for name in (*self.slaves, self.master):
+            await cluster.stop(name)
+
+    async def _settle(self, cluster: SimCluster) -> None:
+        loop = cluster.loop
+        deadline = loop.time() + self.cfg.settle_timeout_s
+        last: list[int | None] = []
+        last_change = loop.time()
+        detail = "replication did not settle in time"
+        while loop.time() < deadline:
+            mw = cluster.wrote(self.master)
+            sw = [cluster.wrote(s) for s in self.slaves]
+            if mw is not None and all(w is not None and w >= mw for w in sw):
+                detail = "replication settled"
+                break
+            rejected = cluster.rejected_slaves()
+            if rejected and len(rejected) == len(self.slaves):
+                # The policy refused a slave that is ahead: it will not catch up.
+                detail = f"slave(s) {', '.join(rejected)} rejected as ahead; logs kept"
+                break
+            if sw != last:
+                last, last_change = sw, loop.time()
+            elif loop.time() - last_change > SETTLE_QUIET_S:
+                detail = f"replication stalled: master at {mw}, slaves at {sw}"
+                break
+            await asyncio.sleep(0.1)
+        self.observations.append({
+            "time_ms": cluster.clock.wall_ms(), "kind": "settle", "master": self.master,
+            "slave": None, "master_offset": cluster.wrote(self.master), "slave_offset": None,
+            "detail": detail})
+
+    def _write(self, cluster: SimCluster, history: list[dict[str, Any]], started: int,
+               ended: int, simulated_s: float, logs: _LogCapture) -> None:
+        cfg = self.cfg
+        for name in (self.master, *self.slaves):
+            data_dir = os.path.join(self.cluster_dir, "nodes", name, "data")
+            cluster.export(name, data_dir)
+            rb = read_back(data_dir)
+            d = os.path.join(self.run_dir, "nodes", name)
+            os.makedirs(d, exist_ok=True)
+            write_jsonl(os.path.join(d, "records.jsonl"), rb.records)
+            write_json(os.path.join(d, "final.json"), {
+                "name": name, "role": cluster.nodes[name].config.role.value,
+                "min_offset": rb.min_offset, "flushed": rb.end_offset, "wrote": rb.end_offset,
+                "first_bad_offset": rb.first_bad_offset,
+                "recoveries": self.recoveries.get(name, []), "disk_damaged": False,
+                "killed": name in self.killed,
+            })
+            with open(os.path.join(d, "node.log"), "w", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in logs.lines.get(name, [])))
+        write_jsonl(os.path.join(self.run_dir, "history.jsonl"), history)
+        write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.faults)
+        write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.observations)
+        disk_faults: list[dict[str, Any]] = []
+        for name in (self.master, *self.slaves):
+            disk_faults += [{"node": name, **f} for f in cluster.nodes[name].disk.faults]
+        write_json(os.path.join(self.run_dir, "params.json"), {
+            "schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "role": cfg.role,
+            "flush": cfg.flush, "scenario": cfg.scenario.name, "seed": cfg.seed,
+            "backend": "sim", "crash_model": cfg.crash_model,
+            "slave_ahead_policy": cfg.slave_ahead_policy, "ha_ship_limit": cfg.ha_ship_limit,
+            "corruption_policy": cfg.corruption_policy,
+            "nodes": [{"name": n, "role": cluster.nodes[n].config.role.value}
+                      for n in (self.master, *self.slaves)],
+            "failpoints": {self.master if t == "master" else self.slaves[0]: s
+                           for t, s in self.plan.failpoints.items()},
+            "versions": _versions(), "started_ms": started, "ended_ms": ended,
+            "plan": {"step_delays_s": list(self.plan.step_delays_s),
+                     "workload_seed": self.plan.workload_seed},
+            "master_args": list(cfg.master_args),
+            "emulate": sorted(cfg.emulate),
+            # What only a simulated run has (chaos/sim.py).
+            "sim": {"simulated_s": round(simulated_s, 3),
+                    "rate_per_s": self.workload.rate_per_s,
+                    "producers": self.workload.producers,
+                    "net_delay_s": list(NET_DELAY_S),
+                    "disk_fault_rates": {"torn_write": self.disk_faults.torn_write,
+                                         "fsync_eio": self.disk_faults.fsync_eio,
+                                         "read_corruption": self.disk_faults.read_corruption},
+                    "disk_faults": disk_faults,
+                    "loop_errors": len(self.loop_errors)},
+        })
+        if not cfg.keep_cluster_dir:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.cluster_dir)
