@@ -56,10 +56,9 @@ from cluster.backends.interface import (
 )
 from cluster.backends.local import MALLOC_ENV, spec_from_dict, spec_to_dict
 from cluster.backends.procs import free_ports
-from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
 from cluster.node.auth import read_token_file, write_token_file
 from cluster.node.role import Role
-from store.config import CorruptionPolicy
 
 if TYPE_CHECKING:
     import docker
@@ -382,7 +381,7 @@ class ComposeBackend(ClusterDir):
     def node(self, name: str) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             return self._info(state, name)
 
     def token(self) -> str:
@@ -390,7 +389,7 @@ class ComposeBackend(ClusterDir):
 
     # -------------------------------------------------------------- faults
     def _running(self, state: dict[str, Any], name: str, what: str) -> Container:
-        _check_name(state, name)
+        check_name(state, name)
         container = self._container(state, name)
         if container is None or container.status not in ("running", "paused"):
             raise BackendError(f"cannot {what} {name}: it is not running "
@@ -431,7 +430,7 @@ class ComposeBackend(ClusterDir):
     def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             container = self._container(state, name)
             if container is not None and container.status in ("running", "paused"):
                 raise BackendError(f"node {name} is already running; stop or kill it first")
@@ -457,7 +456,7 @@ class ComposeBackend(ClusterDir):
     def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             container = self._container(state, name)
             if container is not None and container.status in ("running", "paused"):
                 self._stop_container(container, name)
@@ -474,7 +473,7 @@ class ComposeBackend(ClusterDir):
     def resume(self, name: str) -> None:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             container = self._container(state, name)
             if container is None or container.status not in ("running", "paused"):
                 raise BackendError(f"node {name} is not running; use start")
@@ -482,8 +481,8 @@ class ComposeBackend(ClusterDir):
                 container.unpause()
 
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
-        _check_name(state, a)
-        _check_name(state, b)
+        check_name(state, a)
+        check_name(state, b)
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -524,27 +523,9 @@ class ComposeBackend(ClusterDir):
             raise BackendError(f"cannot {'cut' if cut else 'heal'} the link of {slave}: "
                                f"{exc.explanation or exc}") from None
 
-    def set_failpoints(self, name: str, spec: str) -> None:
-        from store.failpoints import Failpoints, FailpointSpecError
-
-        try:
-            Failpoints(spec)
-        except FailpointSpecError as exc:
-            raise BackendError(str(exc)) from None
-        with self._locked():
-            state = self._load()
-            _check_name(state, name)
-            state["nodes"][name]["failpoints"] = spec
-            self._save(state)
-
-    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None:
-        with self._locked():
-            state = self._load()
-            _check_name(state, name)
-            state["nodes"][name]["spec"]["corruption_policy"] = CorruptionPolicy(policy).value
-            # A new command line: the next start recreates the container.
-            state["nodes"][name]["created_failpoints"] = None
-            self._save(state)
+    def _spec_changed(self, entry: dict[str, Any]) -> None:
+        # A new command line: the next start recreates the container.
+        entry["created_failpoints"] = None
 
     # ---------------------------------------------------------------- down
     def down(self) -> None:
@@ -592,8 +573,3 @@ class ComposeBackend(ClusterDir):
             with contextlib.suppress(APIError):
                 volume.remove(force=True)
 
-
-def _check_name(state: dict[str, Any], name: str) -> None:
-    if name not in state["nodes"]:
-        raise BackendError(f"no node {name!r} in this cluster; nodes: "
-                           f"{', '.join(state['nodes'])}")

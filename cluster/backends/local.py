@@ -37,7 +37,7 @@ from cluster.backends.interface import (
     read_refusal,
 )
 from cluster.backends.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
-from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir
+from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
 from cluster.node.auth import write_token_file
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
@@ -237,7 +237,7 @@ class LocalBackend(ClusterDir):
     def node(self, name: str) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             return self._info(state, name)
 
     def token(self) -> str:
@@ -272,7 +272,7 @@ class LocalBackend(ClusterDir):
     def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             if proc_state(_pid(state["nodes"][name])) != "gone":
                 raise BackendError(f"node {name} is already running; stop or kill it first")
             self._spawn_node(state, name)
@@ -283,7 +283,7 @@ class LocalBackend(ClusterDir):
     def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             proc = _pid(state["nodes"][name])
             if proc_state(proc) != "gone":
                 self._stop_proc(name, proc)
@@ -303,7 +303,7 @@ class LocalBackend(ClusterDir):
     def resume(self, name: str) -> None:
         with self._locked():
             state = self._load()
-            _check_name(state, name)
+            check_name(state, name)
             proc = _pid(state["nodes"][name])
             if proc_state(proc) == "gone":
                 raise BackendError(f"node {name} is not running; use start")
@@ -312,8 +312,8 @@ class LocalBackend(ClusterDir):
                 raise BackendError(f"node {name} did not continue after SIGCONT")
 
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
-        _check_name(state, a)
-        _check_name(state, b)
+        check_name(state, a)
+        check_name(state, b)
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -343,26 +343,6 @@ class LocalBackend(ClusterDir):
                                        f"{'cut' if cut else 'heal'}")
                 time.sleep(0.005)
             p["cut"] = cut
-            self._save(state)
-
-    def set_failpoints(self, name: str, spec: str) -> None:
-        from store.failpoints import Failpoints, FailpointSpecError
-
-        try:
-            Failpoints(spec)
-        except FailpointSpecError as exc:
-            raise BackendError(str(exc)) from None
-        with self._locked():
-            state = self._load()
-            _check_name(state, name)
-            state["nodes"][name]["failpoints"] = spec
-            self._save(state)
-
-    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None:
-        with self._locked():
-            state = self._load()
-            _check_name(state, name)
-            state["nodes"][name]["spec"]["corruption_policy"] = CorruptionPolicy(policy).value
             self._save(state)
 
     # ---------------------------------------------------------------- down
@@ -396,7 +376,7 @@ class LocalBackend(ClusterDir):
 
     # ------------------------------------------------------------- helpers
     def _running(self, state: dict[str, Any], name: str, what: str) -> ProcId:
-        _check_name(state, name)
+        check_name(state, name)
         proc = _pid(state["nodes"][name])
         if proc_state(proc) == "gone":
             raise BackendError(f"cannot {what} {name}: it is not running "
@@ -409,12 +389,6 @@ def _pid(entry: dict[str, Any]) -> ProcId | None:
     if entry.get("pid") is None:
         return None
     return ProcId(int(entry["pid"]), int(entry["start_time"]))
-
-
-def _check_name(state: dict[str, Any], name: str) -> None:
-    if name not in state["nodes"]:
-        raise BackendError(f"no node {name!r} in this cluster; nodes: "
-                           f"{', '.join(state['nodes'])}")
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.backends.interface import BackendError
+from store.config import CorruptionPolicy
+from store.failpoints import Failpoints, FailpointSpecError
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
@@ -77,6 +79,31 @@ class ClusterDir:
                                f"one; use --backend {state.get('backend')}")
         return state
 
+    # -------------------------------------------- settings for the next start
+    def set_failpoints(self, name: str, spec: str) -> None:
+        try:
+            Failpoints(spec)
+        except FailpointSpecError as exc:
+            raise BackendError(str(exc)) from None
+        with self._locked():
+            state = self._load()
+            check_name(state, name)
+            state["nodes"][name]["failpoints"] = spec
+            self._save(state)
+
+    def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None:
+        with self._locked():
+            state = self._load()
+            check_name(state, name)
+            entry = state["nodes"][name]
+            entry["spec"]["corruption_policy"] = CorruptionPolicy(policy).value
+            self._spec_changed(entry)
+            self._save(state)
+
+    def _spec_changed(self, entry: dict[str, Any]) -> None:
+        """A node's command line changed; a backend that must recreate
+        something at the next start says so here (under the lock)."""
+
     def _save(self, state: dict[str, Any]) -> None:
         tmp = self._path(STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
@@ -84,3 +111,9 @@ class ClusterDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(STATE_FILE))
+
+
+def check_name(state: dict[str, Any], name: str) -> None:
+    if name not in state["nodes"]:
+        raise BackendError(f"no node {name!r} in this cluster; nodes: "
+                           f"{', '.join(state['nodes'])}")
