@@ -57,7 +57,7 @@ from cluster.backends.interface import (
 from cluster.backends.local import MALLOC_ENV, spec_from_dict, spec_to_dict
 from cluster.backends.procs import free_ports
 from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
-from cluster.node.auth import read_token_file, write_token_file
+from cluster.node.auth import write_token_file
 from cluster.node.role import Role
 
 if TYPE_CHECKING:
@@ -372,20 +372,6 @@ class ComposeBackend(ClusterDir):
             log_path=self._path("nodes", name, "node.log"),
             container=f"{state['project']}-{name}", extra=extra,
         )
-
-    def nodes(self) -> list[NodeInfo]:
-        with self._locked():
-            state = self._load()
-            return [self._info(state, n) for n in state["nodes"]]
-
-    def node(self, name: str) -> NodeInfo:
-        with self._locked():
-            state = self._load()
-            check_name(state, name)
-            return self._info(state, name)
-
-    def token(self) -> str:
-        return read_token_file(self._path("token"))
 
     # -------------------------------------------------------------- faults
     def _running(self, state: dict[str, Any], name: str, what: str) -> Container:

@@ -229,22 +229,6 @@ class LocalBackend(ClusterDir):
             extra=extra,
         )
 
-    def nodes(self) -> list[NodeInfo]:
-        with self._locked():
-            state = self._load()
-            return [self._info(state, n) for n in state["nodes"]]
-
-    def node(self, name: str) -> NodeInfo:
-        with self._locked():
-            state = self._load()
-            check_name(state, name)
-            return self._info(state, name)
-
-    def token(self) -> str:
-        from cluster.node.auth import read_token_file
-
-        return read_token_file(self._path("token"))
-
     # -------------------------------------------------------------- faults
     def kill(self, name: str) -> None:
         with self._locked():

@@ -14,7 +14,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.backends.interface import BackendError
+from cluster.backends.interface import BackendError, NodeInfo
+from cluster.node.auth import read_token_file
 from store.config import CorruptionPolicy
 from store.failpoints import Failpoints, FailpointSpecError
 
@@ -78,6 +79,24 @@ class ClusterDir:
             raise BackendError(f"{path} is a {state.get('backend')} cluster, not a {self.name} "
                                f"one; use --backend {state.get('backend')}")
         return state
+
+    # ------------------------------------------------------------- reading
+    def _info(self, state: dict[str, Any], name: str) -> NodeInfo:
+        raise NotImplementedError  # each backend knows how to tell a node's state
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._locked():
+            state = self._load()
+            return [self._info(state, n) for n in state["nodes"]]
+
+    def node(self, name: str) -> NodeInfo:
+        with self._locked():
+            state = self._load()
+            check_name(state, name)
+            return self._info(state, name)
+
+    def token(self) -> str:
+        return read_token_file(self._path("token"))
 
     # -------------------------------------------- settings for the next start
     def set_failpoints(self, name: str, spec: str) -> None:
