@@ -3,9 +3,11 @@ small tables (pandas). The document is built once as a list of blocks and
 rendered twice, so the Markdown and the HTML always say the same thing.
 
 The report leads with the loss grid (modes x scenarios), then what each mode
-promises, a durability and an availability/latency table, the findings, the
-plots, the runs that lost data (their timelines, chaos/run_pages.py), every
-run linked to its page, and a glossary of every column.
+promises, a durability table, the rates of each outcome over a row's runs
+(with their intervals, chaos/rates.py), an availability/latency table, the
+findings, the plots, the runs that lost data (their timelines,
+chaos/run_pages.py), every run linked to its page, and a glossary of every
+column.
 
 Plots (PNG, matplotlib's object API: no pyplot, no global backend):
 - outcomes.png      per mode, the puts by outcome in absolute counts on a
@@ -32,7 +34,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from chaos import promises, run_pages
+from chaos import promises, rates, run_pages
 from chaos.runs import Problem, RunInfo
 
 PLOTS = "plots"
@@ -248,6 +250,23 @@ AVAILABILITY = {
     "unwritable": "runs where some fault had no PUT_OK after it until the end of the run",
     "p50 ms, p99 ms": "PUT_OK latency percentiles, measured in µs, over every PUT_OK of the row",
 }
+# The Rates table: a column per outcome of chaos.rates.OUTCOMES, in its order.
+RATES = {
+    "n": "runs in the row; every rate below is out of these",
+    "runs lost on master": "runs where some acknowledged message was missing from the "
+                           "recovered master",
+    "runs lost everywhere": "runs where some acknowledged message was missing from every node",
+    "runs violated": "runs where some acknowledged message broke the mode's promise",
+    "runs stranded": "runs where some acknowledged message was held only by slaves the master "
+                     "rejects or ignores",
+    "runs slave ahead": "runs where a slave held more than the master, at its restart or at "
+                        "the end of the run",
+    "runs diverged": "runs where master and slave held different records at one offset",
+    "k/n (lo–hi %)": "k of the row's n runs showed the outcome; lo–hi is the 95 % Wilson score "
+                     "interval for the rate of runs that show it (chaos/rates.py)",
+    "lost on master per run": "min / median / max over the row's runs of the acknowledged "
+                              "messages missing from the recovered master",
+}
 GRID = {
     "grid cell": "acknowledged messages lost on the master / lost everywhere / stranded / "
                  "promise violations, and the number of runs; red: a violation, purple: "
@@ -283,6 +302,36 @@ def durability_table(comparison: pd.DataFrame) -> Table:
         sev = _severity(int(r["promise_violations"]), int(r["acked_stranded"]),
                         int(r["acked_lost_master"]))
         classes.append([""] * len(link) + [""] + [sev] * 6 + [""] * (len(cells) - len(link) - 7))
+    return Table(header, rows, links=links, classes=classes)
+
+
+def rates_table(comparison: pd.DataFrame) -> Table:
+    """Per comparison row: n, then for each outcome of chaos.rates.OUTCOMES
+    the runs that showed it as "k/n (lo–hi %)", then the spread of the
+    messages lost on the master per run."""
+    conditions = _conditions(comparison)
+    outcomes = [name for name, _, _ in rates.OUTCOMES]
+    header = ["mode", "scenario", *conditions, *RATES]
+    header.remove("k/n (lo–hi %)")  # the form of a cell, explained in the glossary
+    # An outcome seen in some run is coloured as in the grid.
+    severity = {"lost_master": "loss", "lost_everywhere": "loss", "violation": "violation",
+                "stranded": "stranded"}
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        n = int(r["runs"])
+        cells.append(f"{n:,}")
+        cells += [rates.rate_cell(int(r[f"runs_{o}"]), n, r[f"runs_{o}_ci_low"],
+                                  r[f"runs_{o}_ci_high"]) for o in outcomes]
+        cells.append(f"{int(r['acked_lost_master_min']):,} / "
+                     f"{_fmt(r['acked_lost_master_median'])} / "
+                     f"{int(r['acked_lost_master_max']):,}")
+        assert len(cells) == len(header), "RATES and rates.OUTCOMES are out of step"
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        classes.append([""] * (len(link) + 1)
+                       + [severity.get(o, "") if r[f"runs_{o}"] else "" for o in outcomes]
+                       + [""])
     return Table(header, rows, links=links, classes=classes)
 
 
@@ -346,7 +395,8 @@ READING = [
     "Each run has a page (runs/RUN.html): its operations over time per producer and consumer, "
     "its faults per node, the lost message ids and links to its raw files.",
     "A cell of one run is one sample: rerun with other seeds (dlab chaos matrix --runs N) "
-    "before drawing a conclusion.",
+    "before drawing a conclusion. The **Rates** table says, per row, how many of its n runs "
+    "showed each outcome, with a 95 % interval for the rate.",
 ]
 
 
@@ -377,6 +427,11 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
               "Exact definitions: chaos/promises.py and chaos/pipeline.py."),
         ("h2", "Durability"),
         ("table", durability_table(comparison)),
+        ("h2", "Rates"),
+        ("p", "How many of each row's n runs showed each outcome, as k/n with the 95 % Wilson "
+              "interval for the rate: with few runs the interval is wide, and 0/n does not "
+              "mean never."),
+        ("table", rates_table(comparison)),
         ("h2", "Availability and latency"),
         ("table", availability_table(comparison)),
         ("h2", "Findings"),
@@ -411,7 +466,7 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
         blocks += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
     blocks += [("h2", "Glossary"), ("ul", [
         f"**{name}**: {text}" for name, text in
-        {**GRID, **DURABILITY, **CONSUME, **AVAILABILITY,
+        {**GRID, **DURABILITY, **CONSUME, **RATES, **AVAILABILITY,
          "lost m / e / s / v": "per run, as in a grid cell",
          "conditions": "backend, crash_model, slave_ahead_policy, ha_ship_limit, "
                        "corruption_policy appear as "

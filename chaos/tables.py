@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from chaos import consumption, promises
+from chaos import consumption, promises, rates
 from chaos.runs import RunInfo
 
 PUT_OK = "PUT_OK"
@@ -221,6 +221,9 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "unwritable_runs": int(group["unwritable_until_end"].sum()),
             **{k: (int(group[k].sum()) if group[k].notna().any() else None)
                for k in CONSUME_COLUMNS},
+            # How many runs showed each outcome, with its interval, and the
+            # spread of the counts over the runs (chaos/rates.py).
+            **rates.group_rates(group),
         })
     df = pd.DataFrame(rows)
     for k in CONSUME_COLUMNS:
