@@ -176,7 +176,7 @@ def generate(root: str, runs: int, ops: int, processes: int | None = None) -> li
 def scan(spark: Any, run_dirs: list[str]) -> float:
     """Seconds to parse every large file with the declared schema and
     materialise every column."""
-    from chaos.pipeline import spark_schema
+    from chaos.report_inputs import spark_schema
     from chaos.schema import HISTORY, RECORDS
 
     t0 = time.perf_counter()

@@ -46,8 +46,10 @@ GROUP = "chaos"
 # receives again what it consumed since its last commit.
 COMMIT_INTERVAL_MS = 5_000
 # After the drain file appears, the consumer stops once this long passed
-# without a delivery (its idle poll is 50 ms: many empty pulls of every queue).
-DRAIN_QUIET_MS = 600
+# without a delivery (its idle poll is 50 ms: many empty pulls of every
+# queue). Seconds, not a fraction: on a loaded machine a restarted master's
+# answers can pause that long while messages are still there to consume.
+DRAIN_QUIET_MS = 2_000
 DRAIN_FILE = "drain"
 
 
@@ -95,6 +97,17 @@ class ConsumerProcess:
         with open(base + ".log", "wb") as err:  # the child holds it; ours closes at once
             self._procs.append(subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                                 stdout=subprocess.DEVNULL, stderr=err))
+
+    def has_written(self, kind: str) -> bool:
+        """Whether the running incarnation has written a row of `kind`
+        ("delivery": it was handed a message; "commit": a commit was accepted)."""
+        path = os.path.join(self.dir, f"{self.incarnations}.jsonl")
+        marker = f'"kind": "{kind}"'.encode()
+        try:
+            with open(path, "rb") as f:
+                return any(marker in line for line in f)
+        except FileNotFoundError:
+            return False
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

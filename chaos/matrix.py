@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaos.runner import FLUSHES, ROLES, Run, RunConfig
+from chaos.runner import FLUSHES, ROLES, RunConfig
 from chaos.scenarios import get
 
 
@@ -39,6 +38,16 @@ class MatrixConfig:
                 range(self.runs))
         ]
 
+    def run_configs(self) -> list[RunConfig]:
+        """One RunConfig per cell, in cells() order, writing under OUT/runs."""
+        runs_dir = os.path.join(self.out_dir, "runs")
+        return [
+            replace(RunConfig(scenario=get(scenario), role=role, flush=flush, seed=seed,
+                              out_dir=runs_dir),
+                    **{**self.template, "corruption_policy": policy})
+            for scenario, role, flush, policy, seed in self.cells()
+        ]
+
 
 @dataclass
 class MatrixOutcome:
@@ -49,34 +58,3 @@ class MatrixOutcome:
     @property
     def runs_per_minute(self) -> float:
         return 60.0 * len(self.run_dirs) / self.seconds if self.seconds else 0.0
-
-
-def run_matrix(
-    cfg: MatrixConfig,
-    make_run: Callable[[RunConfig], Run],
-    *,
-    on_done: Callable[[int, int, str, str | None, str | None], None] = (
-        lambda i, n, run_id, error, run_dir: None),
-) -> MatrixOutcome:
-    """Run every cell in order; a run that fails is reported and the matrix
-    goes on (its error is kept with its id)."""
-    runs_dir = os.path.join(cfg.out_dir, "runs")
-    os.makedirs(runs_dir, exist_ok=True)
-    cells = cfg.cells()
-    done: list[str] = []
-    failed: list[tuple[str, str]] = []
-    t0 = time.monotonic()
-    for i, (scenario, role, flush, policy, seed) in enumerate(cells, 1):
-        run_cfg = replace(
-            RunConfig(scenario=get(scenario), role=role, flush=flush, seed=seed,
-                      out_dir=runs_dir),
-            **{**cfg.template, "corruption_policy": policy},
-        )
-        try:
-            run_dir = make_run(run_cfg).execute()
-            done.append(run_dir)
-            on_done(i, len(cells), run_cfg.run_id, None, run_dir)
-        except Exception as exc:
-            failed.append((run_cfg.run_id, f"{type(exc).__name__}: {exc}"))
-            on_done(i, len(cells), run_cfg.run_id, f"{type(exc).__name__}: {exc}", None)
-    return MatrixOutcome(done, failed, time.monotonic() - t0)

@@ -42,9 +42,10 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
            per run.
 
 Speed: a report of a few runs is one short-lived JVM, so below
-_SMALL_INPUT_BYTES the JVM runs its quick compiler only and the query runs
-without whole-stage code generation and adaptive re-planning (compiling and
-re-planning a dozen stages cost more than running them on a few MB).
+SMALL_INPUT_BYTES (chaos/report_inputs.py) the JVM runs its quick compiler
+only and the query runs without whole-stage code generation and adaptive
+re-planning (compiling and re-planning a dozen stages cost more than running
+them on a few MB).
 
 Definitions not in chaos/promises.py:
 - duplicates: message ids stored at more than one offset on some node;
@@ -79,11 +80,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -91,33 +90,24 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from chaos import consumption, kept_stores, promises, report, tables
+from chaos import consumption, kept_stores, promises, report, slave_ahead, tables
 from chaos.progress import Progress, QuietProgress
+from chaos.report_inputs import SMALL_INPUT_BYTES, inputs
 from chaos.runs import (
     NEVER_MS,
-    STATUSES,
     Problem,
     RunInfo,
     find_run_dirs,
     first_row_problem,
     load_runs,
 )
-from chaos.schema import CONSUMER_NODE, HISTORY, OPTIONAL_FIELDS, RECORDS
+from chaos.schema import CONSUMER_NODE
 from chaos.spark_session import spark_session
 from store.status import INDETERMINATE
 
-CORRUPT = "_corrupt_record"
 PUT_OK = "PUT_OK"
 
-_SPARK_TYPES: dict[str, T.DataType] = {
-    "str": T.StringType(), "int": T.LongType(), "bool": T.BooleanType(),
-    "float": T.DoubleType(),
-}
-_BYTES_PER_PARTITION = 64 * 1024 * 1024
 SPARK_LOG = "spark.log"
-# Below this much input the query runs interpreted: compiling its generated
-# code (a dozen stages of wide aggregations) takes longer than running it.
-_SMALL_INPUT_BYTES = 256 * 1024 * 1024
 _LONG = T.LongType()
 LOST_IDS_MAX = 1000  # lost message ids named per run (lost.csv, the run pages)
 
@@ -153,83 +143,6 @@ class ReportSummary:
         return int(self.verdicts["promise_violations"].sum())
 
 
-def spark_schema(fields: dict[str, tuple[str, bool, str]]) -> T.StructType:
-    """The declared schema as Spark reads it: every field nullable (a missing
-    or null required field is caught by _bad_row, with the file named),
-    plus the column where Spark puts a line it cannot parse."""
-    return T.StructType(
-        [T.StructField(name, _SPARK_TYPES[typ], True) for name, (typ, _, _) in fields.items()]
-        + [T.StructField(CORRUPT, T.StringType(), True)]
-    )
-
-
-def _bad_row(kind: str) -> Column:
-    """True for a row that breaks the schema or the value checks; the Spark
-    twin of chaos.runs.check_large_row."""
-    fields = {"history": HISTORY, "records": RECORDS}[kind]
-    bad = F.col(CORRUPT).isNotNull()
-    for name, (_, nullable, _) in fields.items():
-        if not nullable and name not in OPTIONAL_FIELDS:
-            bad = bad | F.col(name).isNull()
-    if kind == "history":
-        bad = bad | ~F.col("status").isin(sorted(STATUSES))
-    # These checks also make Spark parse offset and size in history rows,
-    # which the job does not use: Spark's JSON reader parses only the fields
-    # a query refers to, and flags only those as corrupt.
-    bad = bad | F.coalesce((F.col("offset") < 0) | (F.col("size") <= 0), F.lit(False))
-    return F.coalesce(bad, F.lit(True))
-
-
-_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-
-
-@contextmanager
-def _listed_in_driver(spark: SparkSession) -> Iterator[None]:
-    """Spark looks up more than 32 paths (the threshold) with a job of a task
-    per path: 3,000 files of a 1,000-run sweep made two jobs of several
-    seconds each, where the driver stats them in well under one. The files
-    are on a filesystem the driver sees (see chaos.spark_session), and one
-    stat per file is all a listing of files needs. The setting is put back
-    so the caller's later reads in the session list as before."""
-    previous = spark.conf.get(_LISTING_THRESHOLD, None)
-    spark.conf.set(_LISTING_THRESHOLD, str(2**31 - 1))
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(_LISTING_THRESHOLD)
-        else:
-            spark.conf.set(_LISTING_THRESHOLD, previous)
-
-
-def _read_large(spark: SparkSession, files: Sequence[tuple[str, int, int]], kind: str
-                ) -> DataFrame:
-    """Parse files of one kind; `files` is (path, run, node index). Each row
-    gets `run` and `node_index` by a broadcast join on the file it came from.
-
-    Spark's JSON reader skips blank lines (as chaos.schema.read_jsonl does)
-    and puts a line it cannot read as the schema into CORRUPT, with one
-    exception: a line holding an array of objects is read as those objects.
-    Parsing lines as text with from_json would catch that too, at twice the
-    cost of the whole scan; no writer of chaos.schema emits an array."""
-    fields = {"history": HISTORY, "records": RECORDS}[kind]
-    with _listed_in_driver(spark):
-        df = (spark.read.schema(spark_schema(fields)).option("mode", "PERMISSIVE")
-              .option("columnNameOfCorruptRecord", CORRUPT).json([f[0] for f in files]))
-    by_path = {os.path.abspath(path): (run, node) for path, run, node in files}
-    keys = []
-    for uri in df.inputFiles():  # the form input_file_name() gives
-        run, node = by_path[unquote(urlparse(uri).path)]
-        keys.append((uri, run, node))
-    assert len(keys) == len(files), "Spark lists other files than it was given"
-    # Not null: else Spark infers `run IS NOT NULL` filters for later joins
-    # and pushes them below the exchange, which then differs per branch.
-    keys_df = spark.createDataFrame(keys, "file string, run int not null, "
-                                          "node_index int not null")
-    return (df.withColumn("bad", _bad_row(kind)).withColumn("file", F.input_file_name())
-            .join(F.broadcast(keys_df), "file").drop("file"))
-
-
 def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
     """Per run, what the Spark side needs to judge its messages (broadcast)."""
     rows = []
@@ -237,7 +150,7 @@ def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
         ps = promises.promises(run.params["role"], run.params["flush"])
         master, slaves = run.nodes[0], run.nodes[1:]
         void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
-        slave_mask, ignored = (1 << len(run.nodes)) - 2, ignored_slaves(run)
+        slave_mask, ignored = (1 << len(run.nodes)) - 2, slave_ahead.ignored_slaves(run)
         rows.append((
             run.index, len(run.nodes), slave_mask, ignored, slave_mask & ~ignored,
             promises.Promise.DISK in ps, promises.Promise.REPLICA in ps,
@@ -247,43 +160,6 @@ def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
         "run int, n_nodes int, slave_mask long, ignored_mask long, served_mask long, "
         "disk_promised boolean, replica_promised boolean, void_until array<long>, "
         "any_void boolean, started_ms long")))
-
-
-def _inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, DataFrame]:
-    """History and records, parsed and shuffled by run — once: every branch
-    of the query reads this one exchange.
-
-    For Spark to reuse the exchange, its plan must be the same in every
-    branch; but the optimizer narrows each branch's exchange to the columns
-    that branch uses, which makes them differ (and parses the JSON again
-    per branch). So the columns cross the exchange packed in one struct,
-    which is not narrowed while nested schema pruning is off (_run_query);
-    Likewise no branch may filter rows of the inputs on their own columns:
-    Spark would push that filter below the exchange. Branches skip
-    malformed rows with conditional expressions instead.
-    tests/test_pipeline.py checks that the plan holds only two exchanges."""
-    hist_files = [(r.history_path, r.index, 0) for r in runs]
-    rec_files = [(n.records_path, r.index, n.index) for r in runs for n in r.nodes]
-    size = sum(os.path.getsize(p) for p, _, _ in hist_files + rec_files)
-    parts = max(spark.sparkContext.defaultParallelism, min(400, size // _BYTES_PER_PARTITION + 1))
-    spark.conf.set("spark.sql.shuffle.partitions", str(parts))
-    small = size < _SMALL_INPUT_BYTES
-    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
-    # Adaptive execution re-plans after every stage: for a few MB, planning
-    # is all it would do.
-    spark.conf.set("spark.sql.adaptive.enabled", "false" if small else "true")
-
-    def shuffled(df: DataFrame, *columns: Column | str) -> DataFrame:
-        return (df.select("run", F.struct(*columns).alias("row"))
-                .repartition(parts, "run").select("run", "row.*"))
-
-    history = shuffled(_read_large(spark, hist_files, "history"), "op_id", "msg_id", "producer",
-                       "invoke_ms", "complete_ms", "invoke_us", "complete_us", "offset",
-                       "status", "bad")
-    records = shuffled(_read_large(spark, rec_files, "records"),
-                       F.col("node_index").alias("node"), "offset", "size", "msg_id",
-                       "body_crc", "record_hash", "bad")
-    return history, records
 
 
 def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> DataFrame:
@@ -397,7 +273,7 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
                 ) -> DataFrame:
     """Per run: master records in its common range with some slave that
     the slave does not hold byte for byte, the first of their offsets;
-    malformed rows per node; and with `ahead` (_ahead_table), `ahead{k}`: the
+    malformed rows per node; and with `ahead` (slave_ahead.ahead_table), `ahead{k}`: the
     slave's records inside the gap of the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
@@ -455,75 +331,6 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
     )
 
 
-# run, observation, slave node, master offset, slave offset, at the end of the run
-Observation = tuple[int, int, int, int, int, bool]
-
-
-def _run_ahead_obs(run: RunInfo) -> list[Observation]:
-    """A run's slave-ahead gaps: every slave_ahead observation with the slave
-    ahead (at a restart of the master), then every slave whose end of data
-    after the run is past the master's (numbered after the observations)."""
-    obs: list[Observation] = []
-    for n, o in enumerate(run.observations):
-        if o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]:
-            slave = run.node(o["slave"])
-            assert slave is not None  # checked by runs.load_run
-            obs.append((run.index, n, slave.index, o["master_offset"], o["slave_offset"],
-                        False))
-    master_end = int(run.nodes[0].final["wrote"])
-    for slave in run.nodes[1:]:
-        if int(slave.final["wrote"]) > master_end:
-            obs.append((run.index, len(run.observations) + slave.index, slave.index,
-                        master_end, int(slave.final["wrote"]), True))
-    return obs
-
-
-def _slave_ahead_obs(runs: Sequence[RunInfo]) -> list[Observation]:
-    return [o for run in runs for o in _run_ahead_obs(run)]
-
-
-def ignored_slaves(run: RunInfo) -> int:
-    """Bit mask (bit i: node i) of the slaves the serving master rejects or
-    ignores: found ahead of it, at its restart or at the end of the run,
-    under the reject policy (the master refuses the slave) or trust (it
-    believes the slave's offset and never reads what the slave holds past
-    its own). Under truncate the slave cuts back to the master."""
-    if run.params["slave_ahead_policy"] not in ("reject", "trust"):
-        return 0
-    mask = 0
-    for o in _run_ahead_obs(run):
-        mask |= 1 << o[2]
-    return mask
-
-
-def _ahead_table(spark: SparkSession, obs: Sequence[Observation]) -> DataFrame:
-    """Per run with slave_ahead observations, the k-th one's slave node and
-    gap as node_k, lo_k, hi_k (broadcast; null past the run's last)."""
-    by_run: dict[int, list[Observation]] = {}
-    for o in obs:
-        by_run.setdefault(o[0], []).append(o)
-    slots = max(len(v) for v in by_run.values())
-    rows = [(run, *[x for k in range(slots) for x in (
-        (v[k][2], v[k][3], v[k][4]) if k < len(v) else (None, None, None))])
-        for run, v in by_run.items()]
-    # Not null: see _read_large.
-    return F.broadcast(spark.createDataFrame(rows, ", ".join(
-        ["run int not null"] + [f"node_{k} int, lo_{k} long, hi_{k} long"
-                                for k in range(slots)])))
-
-
-def _slave_ahead(divergence: pd.DataFrame, obs: Sequence[Observation]) -> pd.DataFrame:
-    """(run, obs, messages) from the divergence branch's ahead{k} columns
-    (see _ahead_table for the order); a run without records has no row."""
-    counts = divergence.set_index("run")
-    rows, slot = [], 0
-    for i, (run, n, _, _, _, _) in enumerate(obs):
-        slot = slot + 1 if i and obs[i - 1][0] == run else 0
-        if run in counts.index:
-            rows.append((run, n, int(counts.at[run, f"ahead{slot}"])))
-    return pd.DataFrame(rows, columns=["run", "obs", "messages"])
-
-
 def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
     """Operations per run, second since the run's start (by invoke time) and
     status, with latency percentiles; malformed rows counted in `bad`."""
@@ -571,7 +378,7 @@ def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | No
             if f["kind"] not in _ENDING_KINDS and f["node"] != CONSUMER_NODE]
     if not rows:
         return None
-    # Not null: see _read_large.
+    # Not null: see chaos/report_inputs.py _read_large.
     return F.broadcast(spark.createDataFrame(
         rows, "run int not null, fault_id long not null, fault_ms long not null"))
 
@@ -586,7 +393,7 @@ def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
 
 
 def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
-                  ) -> tuple[DataFrame, dict[str, list[str]], list[Observation]]:
+                  ) -> tuple[DataFrame, dict[str, list[str]], list[slave_ahead.Observation]]:
     """The one Spark query: a row per result of every branch, as (kind,
     payload JSON); the columns of each branch; the slave_ahead observations
     it counted against."""
@@ -597,13 +404,14 @@ def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
     spark.conf.set("spark.sql.optimizer.nestedSchemaPruning.enabled", "false")
     # Joins and groupings by (run, ...) reuse the partitioning by run.
     spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
-    history, records = _inputs(spark, runs)
+    history, records = inputs(spark, runs)
     runs_df = _runs_table(spark, runs)
     max_nodes = max(len(r.nodes) for r in runs)
-    obs = _slave_ahead_obs(runs)
+    obs = slave_ahead.ahead_observations(runs)
     branches = {
         "messages": _message_figures(history, records, runs_df, max_nodes),
-        "divergence": _divergence(records, max_nodes, _ahead_table(spark, obs) if obs else None),
+        "divergence": _divergence(records, max_nodes,
+                                  slave_ahead.ahead_table(spark, obs) if obs else None),
         "timeline": _timeline(history, runs_df),
         "latency": _latency(history),
     }
@@ -631,7 +439,7 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
     if "recovery" not in out:
         out["recovery"] = pd.DataFrame(columns=["run", "fault_id", "fault_ms", "put_ok_ms"])
-    out["slave_ahead"] = _slave_ahead(out["divergence"], obs)
+    out["slave_ahead"] = slave_ahead.ahead_messages(out["divergence"], obs)
     out["divergence"] = out["divergence"].drop(
         columns=[c for c in columns["divergence"] if c.startswith("ahead")])
     out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi",
@@ -685,7 +493,7 @@ def build_report(
         size = sum(os.path.getsize(p) for r in runs
                    for p in (r.history_path, *(n.records_path for n in r.nodes)))
         with spark_session(spark_master, log_path=os.path.join(out_dir, SPARK_LOG),
-                           short_job=size < _SMALL_INPUT_BYTES) as spark:
+                           short_job=size < SMALL_INPUT_BYTES) as spark:
             progress.step(f"checking {len(runs)} runs (Spark)")
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)

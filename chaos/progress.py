@@ -4,6 +4,9 @@ Spark's own console progress bar is off (see chaos/spark_session.py): one
 style, and no bar interleaved with our lines.
 
 QuietProgress does nothing; build_report uses it unless given another.
+
+MatrixProgress is a matrix's: a bar of the runs done (with its rate and
+time left) on stderr, and one line per finished run on stdout.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from tqdm import tqdm
 
@@ -102,3 +105,22 @@ class ConsoleProgress:
                 poller.join()
             bar.close()
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+class MatrixProgress:
+    """The runs of a matrix or sweep: `done(i, n, run)` for each finished
+    run (anything with run_id and line) moves the bar and prints its line."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def __enter__(self) -> MatrixProgress:
+        self.bar = tqdm(total=self.total, unit="run", file=sys.stderr, dynamic_ncols=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    def done(self, i: int, n: int, run: Any) -> None:
+        self.bar.update(1)
+        self.bar.write(f"[{i}/{n}] {run.run_id}: {run.line}")

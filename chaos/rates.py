@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is not in the node image, where `dlab` also loads this
+    import pandas as pd
 
 # An outcome a run shows or not: (its name in the comparison's columns
 # runs_{name}..., the verdicts column that decides it (a count: shown when

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.record import BLANK_MAGIC, MESSAGE_MAGIC, CorruptRecordError, decode, peek
-from store.recovery import scan_segment
+from store.recovery import ScanStop, scan_segment
 from store.segments import list_segments, segment_name
 
 
@@ -74,7 +74,7 @@ def read_back(data_dir: str) -> ReadBack:
                 finally:
                     view.release()
         out.end_offset = scan.end
-        if scan.stop == "damage":
+        if scan.stop == ScanStop.DAMAGE:
             out.first_bad_offset, out.bad_reason = scan.end, scan.reason
             return out
         if scan.stop != "blank":

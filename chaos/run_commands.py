@@ -4,28 +4,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from dataclasses import asdict
 from typing import Any
 
-from chaos import scenarios
-from chaos.matrix import MatrixConfig, run_matrix
+from chaos import compare_backends, replay, scenarios
+from chaos.launch import make_run, results_dir, scenario_list
+from chaos.matrix import MatrixConfig, MatrixOutcome
 from chaos.plan import plan_run
-from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, Run, RunConfig
+from chaos.progress import MatrixProgress
+from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
+from chaos.sweep import run_in_order, run_sweep, sweep_context
 from chaos.workload import WorkloadConfig
 from store.cli_args import UserError, positive_float, positive_int
-
-
-def _scenario_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in scenarios.SCENARIOS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown scenario(s) {', '.join(unknown)}; see `dlab chaos scenarios`")
-    return names
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -36,6 +31,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-duration", type=positive_float, default=60.0, metavar="S",
                    help="with --backend sim: seconds of cluster time a run covers "
                    "(default 60)")
+    p.add_argument("--sim-disk-faults", choices=("torn", "drawn"), default="torn",
+                   help="with --backend sim: torn (default): a crash tears unsynced writes; "
+                   "drawn: also fsync EIO (0-0.01 %% per fsync) and latent read corruption "
+                   "(0-10 %% per read), probabilities drawn per seed (params.json sim)")
     p.add_argument("--crash-model", choices=("power", "process"), default="power",
                    help="power (default): a kill loses unflushed bytes, like a power cut; "
                    "process: a kill loses nothing the OS holds")
@@ -66,6 +65,7 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
         "corruption_policy": args.corruption_policy, "slaves": args.slaves,
         "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
+        "sim_disk_faults": args.sim_disk_faults,
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
@@ -80,21 +80,6 @@ def _emulate(values: list[str]) -> tuple[str, ...]:
         raise UserError(str(exc)) from None
 
 
-def _results_dir(path: str) -> None:
-    """--out: a directory, made if missing; refused clearly before any run
-    starts (a cluster would otherwise be started and torn down for nothing)."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"--out {path} is a file, not a directory: give a directory for the "
-                        "results (it is created if missing)")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {path}: cannot create it ({exc.strerror or exc}); give a "
-                        "directory this user can write") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"--out {path} is not writable by this user; give another directory")
-
-
 def _check_sim(args: argparse.Namespace, names: list[str]) -> None:
     """--backend sim: refuse what it cannot run before any run starts."""
     if args.backend != "sim":
@@ -107,18 +92,6 @@ def _check_sim(args: argparse.Namespace, names: list[str]) -> None:
         raise UserError(str(exc)) from None
 
 
-def make_run(cfg: RunConfig, log: Any = None) -> Any:
-    """A run of `cfg` on its backend: anything with execute() -> run dir."""
-    if cfg.backend == "sim":
-        from chaos.sim import SimRun
-
-        return SimRun(cfg, log=log or (lambda s: None))
-    from chaos.connect import backend_factory, sender_factory, status_of
-
-    return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
-               status=status_of, log=log or (lambda s: None))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         cfg = RunConfig(scenario=scenarios.get(args.scenario), role=args.role, flush=args.flush,
@@ -126,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
     _check_sim(args, [args.scenario])
-    _results_dir(args.out)
+    results_dir(args.out)
     # With --json stdout holds the one JSON object; the run's log goes to stderr.
     log = sys.stderr if args.json else sys.stdout
     print(f"run {cfg.run_id}: {cfg.scenario.description}", file=log, flush=True)
@@ -162,7 +135,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         bad = [v for v in value if v not in allowed]
         if bad:
             raise UserError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
-    _results_dir(args.out)
+    results_dir(args.out)
     template = _run_config_fields(args)
     policies = args.corruption_policies or [template.pop("corruption_policy")]
     template.pop("corruption_policy", None)
@@ -181,28 +154,22 @@ def cmd_matrix(args: argparse.Namespace) -> int:
           f"{len(names)} scenarios x {len(policies)} corruption polic"
           f"{'y' if len(policies) == 1 else 'ies'} x {runs} run(s) = {len(cells)} runs on "
           f"{args.backend}; results in {args.out}", flush=True)
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(cells), unit="run", file=sys.stderr, dynamic_ncols=True)
-    violated: list[str] = []  # runs whose own read-back shows a promise violated
-
-    def on_done(i: int, n: int, run_id: str, err: str | None, run_dir: str | None) -> None:
-        bar.update(1)
-        if err or not run_dir:
-            line = f"FAILED {err}"
-        else:
-            try:
-                o = run_outcome(run_dir)
-            except (ValueError, OSError) as exc:  # the report names a malformed run
-                line = f"outcome unreadable ({exc})"
+    with contextlib.ExitStack() as stack:
+        sc = None
+        if args.backend == "sim":
+            # The report that follows runs in the same session.
+            sc = stack.enter_context(sweep_context(args.spark_master, args.out))
+        with MatrixProgress(len(cells)) as progress:
+            if sc is not None:
+                outcome, results = run_sweep(sc, cfg.run_configs(), on_done=progress.done)
             else:
-                line = outcome_line(o)
-                if o.promise_violations:
-                    violated.append(run_id)
-        bar.write(f"[{i}/{n}] {run_id}: {line}")
+                outcome, results = run_in_order(cfg.run_configs(), on_done=progress.done)
+        return _matrix_end(args, outcome, [r.run_id for r in results if r.violated])
 
-    outcome = run_matrix(cfg, make_run, on_done=on_done)
-    bar.close()
+
+def _matrix_end(args: argparse.Namespace, outcome: MatrixOutcome, violated: list[str]) -> int:
+    """The matrix's summary line, matrix.json, the report (in the sweep's
+    Spark session when there is one)."""
     summary = {"runs": len(outcome.run_dirs), "failed": len(outcome.failed),
                "seconds": round(outcome.seconds, 1),
                "runs_per_minute": round(outcome.runs_per_minute, 2)}
@@ -226,6 +193,24 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 1 if n_violated or outcome.failed else 0
 
 
+def _sim_bugs(chosen: list[Any], args: argparse.Namespace) -> list[Any]:
+    """The bugs of `chosen` the sim backend can check: one named with --bug
+    that it cannot is refused (exit 2) with the reason; checking the whole
+    corpus, such a bug is skipped with the reason printed."""
+    from chaos.bugs import sim_refusal
+
+    runnable = []
+    for b in chosen:
+        why = sim_refusal(b, args.crash_model)
+        if why is None:
+            runnable.append(b)
+        elif args.bug:
+            raise UserError(f"{b.id} cannot be checked on the sim backend: {why}")
+        else:
+            print(f"{b.id}: skipped on the sim backend: {why}", flush=True)
+    return runnable
+
+
 def cmd_bugs(args: argparse.Namespace) -> int:
     """List the known-bug corpus; with --check, run each bug's scenario with
     and without its switch and report the catch rate and false positives."""
@@ -243,7 +228,9 @@ def cmd_bugs(args: argparse.Namespace) -> int:
             print(f"{b.id}  {b.thread}: {b.title}")
             print(f"  re-introduces: {b.reintroduces}")
             print(f"  real fix:      {b.real_fix}")
-            tuning = f", master {' '.join(b.master_args)}" if b.master_args else ""
+            tuning = (f", slave-ahead policy {b.slave_ahead_policy}"
+                      if b.slave_ahead_policy != "reject" else "")
+            tuning += f", master {' '.join(b.master_args)}" if b.master_args else ""
             tuning += f", slaves {' '.join(b.slave_args)}" if b.slave_args else ""
             print(f"  scenario:      {b.scenario} ({b.role} + {b.flush}, ship limit "
                   f"{b.ha_ship_limit}{tuning})")
@@ -251,9 +238,12 @@ def cmd_bugs(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UserError("--check needs --out DIR (where the runs go)")
-    _results_dir(args.out)
+    if args.backend == "sim":
+        chosen = _sim_bugs(chosen, args)
+    results_dir(args.out)
     seeds = [args.seed + k for k in range(args.runs)]
-    base = {"backend": args.backend, "crash_model": args.crash_model}
+    base = {"backend": args.backend, "crash_model": args.crash_model,
+            "sim_duration_s": args.sim_duration}
 
     def run(fields: dict[str, Any]) -> str:
         return make_run(RunConfig(**base, **fields).validate()).execute()
@@ -369,14 +359,17 @@ def register(sub: Any, bench_sub: Any) -> None:
     p = csub.add_parser("matrix", help="the four modes x scenarios x runs, then the report",
                         description="Runs every role/flush mode against each scenario "
                         "--runs times (run k of every cell uses seed --seed+k, so modes face "
-                        "the same chaos), then builds the durability report.",
+                        "the same chaos), then builds the durability report. With --backend "
+                        "sim the runs go as Spark tasks, in parallel on every core "
+                        "(local[*]) or a cluster (--spark-master), and the report runs in the "
+                        "same Spark session.",
                         epilog=MATRIX_EXIT)
     p.add_argument("--out", required=True, help="results directory (runs/ and report/ inside)")
     p.add_argument("--quick", action="store_true",
                    help=f"a first look: {len(ROLES) * len(FLUSHES)} modes x the "
                    f"{len(scenarios.QUICK_MATRIX)} scenarios {', '.join(scenarios.QUICK_MATRIX)}"
                    ", one run per cell unless --runs says more (not with --scenarios)")
-    p.add_argument("--scenarios", type=_scenario_list, default=None,
+    p.add_argument("--scenarios", type=scenario_list, default=None,
                    help="comma-separated scenario names (default: the "
                    f"{len(scenarios.DEFAULT_MATRIX)} of the default matrix, "
                    "see `dlab chaos scenarios`)")
@@ -393,7 +386,8 @@ def register(sub: Any, bench_sub: Any) -> None:
                    "refuse,truncate,repair; default: --corruption-policy)")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
     p.add_argument("--spark-master", default=None,
-                   help="Spark master URL for the report (default: local)")
+                   help="Spark master URL for the report and, with --backend sim, the runs "
+                   "themselves as Spark tasks (default: local[*], every core)")
     _common(p)
     p.set_defaults(handler=cmd_matrix)
 
@@ -411,8 +405,12 @@ def register(sub: Any, bench_sub: Any) -> None:
     p.add_argument("--runs", type=positive_int, default=5, help="seeds per side (default 5)")
     p.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     p.add_argument("--out", help="results directory for --check (required with it)")
-    p.add_argument("--backend", choices=("local", "compose"), default="local",
-                   help="where the nodes run (default local)")
+    p.add_argument("--backend", choices=("local", "compose", "sim"), default="local",
+                   help="where the nodes run (default local; sim: the bugs whose scenario "
+                   "the sim runs, chaos/bugs.py sim_refusal)")
+    p.add_argument("--sim-duration", type=positive_float, default=60.0, metavar="S",
+                   help="with --backend sim: seconds of cluster time a run covers "
+                   "(default 60)")
     p.add_argument("--crash-model", choices=("power", "process"), default="power",
                    help="what a kill loses (default power)")
     p.set_defaults(handler=cmd_bugs)
@@ -434,3 +432,6 @@ def register(sub: Any, bench_sub: Any) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the plan as one JSON object and nothing else")
     p.set_defaults(handler=cmd_plan)
+
+    replay.register(csub)
+    compare_backends.register(csub)

@@ -31,13 +31,14 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from chaos import disk_faults
 from chaos.consumer_proc import ConsumerProcess
 from chaos.plan import RunPlan, plan_run
 from chaos.readback import read_back
+from chaos.rogue_peer import OVER_BY, RoguePeerProcess
 from chaos.scenarios import Scenario, Step
 from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
 from chaos.workload import TOPIC, Sender, Workload, WorkloadConfig
@@ -50,12 +51,13 @@ from cluster.backends.interface import (
 )
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
-from store.config import CorruptionPolicy
+from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.emulate import SWITCHES
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
 FLUSHES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 CORRUPTION_POLICIES = tuple(p.value for p in CorruptionPolicy)
+SIM_DISK_FAULTS = ("torn", "drawn")
 
 
 def now_ms() -> int:
@@ -94,6 +96,10 @@ class RunConfig:
     # Cluster time a sim-backend run covers (chaos/sim.py; the load goes on
     # after the steps); other backends run the scenario's load_s.
     sim_duration_s: float = 60.0
+    # Disk faults a sim-backend run draws (chaos/sim.py): "torn" (crash-time
+    # torn writes only) or "drawn" (also fsync EIO and latent read
+    # corruption, with probabilities drawn per seed).
+    sim_disk_faults: str = "torn"
 
     def validate(self) -> RunConfig:
         if self.role not in ROLES:
@@ -109,6 +115,9 @@ class RunConfig:
                              f", got {self.corruption_policy!r}")
         if self.sim_duration_s <= 0:
             raise ValueError("the simulated duration must be positive")
+        if self.sim_disk_faults not in SIM_DISK_FAULTS:
+            raise ValueError(f"sim disk faults must be one of {', '.join(SIM_DISK_FAULTS)}, "
+                             f"got {self.sim_disk_faults!r}")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
         self.workload.validate()
@@ -118,12 +127,26 @@ class RunConfig:
                              f"{', '.join(sorted(SWITCHES))}")
         return self
 
+    def to_record(self) -> dict[str, Any]:
+        """Every field but out_dir, as JSON (params.json's `config`): what
+        `dlab chaos replay` needs to run it again (chaos/replay.py)."""
+        rec: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
+                               if f.name != "out_dir"}
+        rec |= {"scenario": self.scenario.name, "workload": asdict(self.workload),
+                "master_args": list(self.master_args), "slave_args": list(self.slave_args),
+                "emulate": sorted(self.emulate)}
+        return rec
+
     @property
     def run_id(self) -> str:
         policy = "" if self.corruption_policy == "refuse" else f"-{self.corruption_policy}"
         emulated = "".join(f"-{bug}" for bug in sorted(self.emulate))
+        drawn = "-diskfaults" if self.sim_disk_faults == "drawn" else ""
+        # The same cell and seed on two backends are two runs one report may
+        # read side by side (dlab chaos compare-backends): local is unmarked.
+        backend = "" if self.backend == "local" else f"-{self.backend}"
         return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
-                f"{self.slave_ahead_policy}{policy}{emulated}-s{self.seed}")
+                f"{self.slave_ahead_policy}{policy}{emulated}{drawn}{backend}-s{self.seed}")
 
 
 BackendFactory = Callable[[str, str], ClusterBackend]  # (backend name, cluster dir)
@@ -160,6 +183,7 @@ class Run:
         self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
         self.token = secrets.token_hex(16)
         self.consumer: ConsumerProcess | None = None
+        self.rogue_peers: list[RoguePeerProcess] = []
 
     # ------------------------------------------------------------ helpers
     def _targets(self, target: str) -> list[str]:
@@ -255,6 +279,8 @@ class Run:
                 return
             elif step.action == "await_crash":
                 self._await_crash(backend, name, t)
+            elif step.action == "rogue_peer":
+                self._rogue_peer(backend, name, t)
             elif step.action in ("torn_tail", "bit_flip"):
                 info = backend.node(name)
                 fn = disk_faults.torn_tail if step.action == "torn_tail" else disk_faults.bit_flip
@@ -264,6 +290,24 @@ class Run:
             else:  # pragma: no cover - scenarios are validated at definition
                 raise ValueError(step.action)
 
+    def _rogue_peer(self, backend: ClusterBackend, name: str, t: int) -> None:
+        first = self._wrote(backend, name)
+        if first is None:
+            self._fault("rogue_peer", name, t, detail="not started: the node's status (its "
+                                                      "end offset) was unavailable")
+            return
+        rogue = RoguePeerProcess(os.path.join(self.run_dir, f"rogue_peer{len(self.rogue_peers)}"
+                                                            ".log"))
+        rogue.start(backend.node(name).address, os.path.join(self.cluster_dir, "token"), first)
+        self.rogue_peers.append(rogue)
+        self._fault("rogue_peer", name, t, detail=f"HA stream with the cluster token: first "
+                                                  f"report {first}, then {first + OVER_BY}")
+
+    def _stop_rogue_peers(self) -> None:
+        for rogue in self.rogue_peers:
+            if rogue.stop() is not None:
+                self._close_fault("rogue_peer", self.master)
+
     def _close_fault(self, kind: str, node: str) -> None:
         for f in reversed(self.state.faults):
             if f["kind"] == kind and f["node"] == node and f["end_ms"] is None:
@@ -272,8 +316,7 @@ class Run:
 
     def _await_crash(self, backend: ClusterBackend, name: str, t: int) -> None:
         spec = self.plan.failpoints.get("master" if name == self.master else "slave", "")
-        # A failpoint fires once per run: the restarted node runs without it.
-        backend.set_failpoints(name, "")
+        # The restarted node runs without it: _start clears the plan's failpoints.
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             if backend.node(name).state == NodeState.STOPPED:
@@ -314,22 +357,26 @@ class Run:
         started = now_ms()
         backend = self._backend_factory(cfg.backend, self.cluster_dir)
         master = NodeSpec(
-            name=self.master, role=Role(cfg.role), flush=cfg.flush, crash_model=cfg.crash_model,
+            name=self.master, role=Role(cfg.role), flush=FlushMode(cfg.flush),
+            crash_model=CrashModel(cfg.crash_model),
             segment_size_bytes=cfg.segment_size_bytes,
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("master", ""),
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
             extra_args=cfg.master_args, emulate=cfg.emulate,
+            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms,
         )
         slaves = tuple(NodeSpec(
-            name=s, role=Role.SLAVE, flush=cfg.flush, crash_model=cfg.crash_model,
+            name=s, role=Role.SLAVE, flush=FlushMode(cfg.flush),
+            crash_model=CrashModel(cfg.crash_model),
             segment_size_bytes=cfg.segment_size_bytes,
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit),
             failpoints=self.plan.failpoints.get("slave", "") if i == 0 else "",
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
             extra_args=cfg.slave_args, emulate=cfg.emulate,
+            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms,
         ) for i, s in enumerate(self.slaves))
         spec = ClusterSpec(directory=self.cluster_dir, master=master, slaves=slaves)
         history: list[dict[str, Any]] = []
@@ -343,6 +390,8 @@ class Run:
         finally:
             if self.consumer is not None:
                 self.consumer.kill()
+            for rogue in self.rogue_peers:
+                rogue.stop()
             try:
                 backend.down()
             except Exception as exc:  # report, but keep the results written
@@ -364,6 +413,8 @@ class Run:
                     topic=TOPIC, commit_interval_ms=cfg.scenario.consumer_commit_interval_ms,
                     targets={n: backend.node(n).address for n in (self.master, *self.slaves)})
                 self.consumer.start()
+                if cfg.scenario.consumer_ready != "start":
+                    await self._consumer_ready(cfg.scenario.consumer_ready)
             t0 = loop.time()
             for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
                 await asyncio.sleep(delay)
@@ -373,7 +424,22 @@ class Run:
             workload.stop()
             return await load
 
+    async def _consumer_ready(self, kind: str, timeout_s: float = 60.0) -> None:
+        """Until the consumer has written its first `kind` row (a delivery, a
+        commit): the steps of a consuming scenario act on a consumer that is
+        consuming, however long its process took to start."""
+        assert self.consumer is not None
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not self.consumer.has_written(kind):
+            if not self.consumer.running:
+                raise RuntimeError(f"the consumer exited before its first {kind}; see "
+                                   f"{os.path.join(self.run_dir, 'consumer', '1.log')}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"the consumer wrote no {kind} in {timeout_s:g} s")
+            await asyncio.sleep(0.05)
+
     def _end_phase(self, backend: ClusterBackend) -> None:
+        self._stop_rogue_peers()
         t = now_ms()
         for name in list(self.state.paused):
             backend.resume(name)
@@ -415,7 +481,14 @@ class Run:
         """Start (or restart) a node; False when it refused to (its store holds
         corruption of flushed data and its corruption policy is refuse, or a
         repair found no replica): recorded as a `refused` fault, and the node
-        stays down for the rest of the run, its store as it was."""
+        stays down for the rest of the run, its store as it was.
+
+        A failpoint fires once per run, as on the sim backend: the node
+        starts again without the ones the plan armed (a backend keeps a
+        node's failpoints across its restarts)."""
+        armed = self.plan.failpoints.get("master" if name == self.master else "slave", "")
+        if armed and (name == self.master or name == self.slaves[0]):
+            backend.set_failpoints(name, "")
         try:
             if action == "restart":
                 backend.restart(name)
@@ -512,6 +585,7 @@ class Run:
             "master_args": list(cfg.master_args),
             "slave_args": list(cfg.slave_args),
             "emulate": sorted(cfg.emulate),
+            "config": cfg.to_record(),
         })
         if not cfg.keep_cluster_dir:
             shutil.rmtree(self.cluster_dir, ignore_errors=True)

@@ -253,7 +253,7 @@ STATUSES = frozenset(s.value for s in PutStatus) | {INDETERMINATE}
 
 def check_large_row(row: Any, kind: str, where: str) -> None:
     """The schema, plus the value checks the pipeline makes on these rows
-    (its Spark twin is pipeline._bad_row): a known status; an offset, where
+    (its Spark twin is report_inputs._bad_row): a known status; an offset, where
     given, not negative and a size, where given, positive."""
     check_row(row, LARGE_FILES[kind], where)
     if kind == "history" and row["status"] not in STATUSES:

@@ -13,6 +13,10 @@ Actions:
                 failpoint; kill it if it has not, and say so in the fault
   torn_tail     on a stopped target: partial record bytes after its last record
   bit_flip      on a stopped target: one bit inside a record on disk
+  rogue_peer    on the master: a process holding the cluster token opens an
+                HA stream under its own name, reports the master's end, then
+                1 GiB beyond it every second (chaos/rogue_peer.py); it runs
+                until the master ends its stream or the run ends
 Targets: master, slave (the first slave), both; and, in a scenario that
 consumes while producing, consumer: kill (SIGKILL: offsets since its last
 commit are lost), stop (clean: it commits first), start (a new incarnation,
@@ -58,10 +62,19 @@ class Scenario:
     # How often that consumer commits its offsets (RocketMQ's
     # persistConsumerOffsetInterval, 5 s by default).
     consumer_commit_interval_ms: int = 5_000
+    # The nodes' consumer offset persist interval (None: the node's default,
+    # RocketMQ's 5 s), for a scenario whose fault must land before a persist.
+    offset_persist_interval_ms: int | None = None
+    # When the steps' clock starts: "start", as the consumer process is
+    # launched; "delivery" or "commit", once it has written its first row of
+    # that kind, however long its process took to start (a scenario whose
+    # fault must find the consumer consuming, or committed, says so; one
+    # that stalls delivery from the start must not wait for it).
+    consumer_ready: str = "start"
 
 
 ACTIONS = {"kill", "stop", "start", "restart", "pause", "resume", "partition", "heal",
-           "await_crash", "torn_tail", "bit_flip"}
+           "await_crash", "torn_tail", "bit_flip", "rogue_peer"}
 TARGETS = {"master", "slave", "both", "consumer"}
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -70,6 +83,7 @@ SCENARIOS: dict[str, Scenario] = {}
 def _add(s: Scenario) -> None:
     for step in s.steps:
         assert step.action in ACTIONS, step
+        assert s.consumer_ready in ("start", "delivery", "commit"), s
         assert step.target in TARGETS, step
         if step.target == "consumer":
             assert s.consume and step.action in ("kill", "stop", "start"), step
@@ -130,7 +144,7 @@ _add(Scenario(
     "consume while producing; SIGKILL the consumer inside its 5 s offset-commit interval, "
     "start it again (it resumes from the last committed offset)",
     (Step("kill", "consumer", (2.0, 3.5)), Step("start", "consumer", (0.3, 0.6))),
-    consume=True,
+    consume=True, consumer_ready="delivery",
 ))
 _add(Scenario(
     "master-crash-consuming",
@@ -144,7 +158,11 @@ _add(Scenario(
     # here is the broker's doing, not the consumer's.
     (Step("kill", "master", (1.5, 3.0)), Step("stop", "consumer", (0.2, 0.4)),
      Step("start", "master", (0.3, 0.6)), Step("start", "consumer", (0.0, 0.2))),
-    consume=True, consumer_commit_interval_ms=1_000,
+    # The steps start once the consumer's first commit is accepted; the
+    # nodes persist the table every 30 s here, so the kill still lands
+    # before the first persist however long the consumer took to start.
+    consume=True, consumer_commit_interval_ms=1_000, offset_persist_interval_ms=30_000,
+    consumer_ready="commit",
 ))
 _add(Scenario(
     "slave-crash-consuming",
@@ -173,6 +191,45 @@ _add(Scenario(
     failpoints=(FailpointPlan("master", "flush_before_write", "delay:2500+crash",
                               hits=(100, 250)),),
     consume=True,
+))
+
+_add(Scenario(
+    "slave-truncate-crash",
+    "the master crashes right after shipping a range (the slave is then ahead of it); "
+    "restarted, it tells the slave to truncate (slave-ahead policy truncate), and the "
+    "slave crashes right after its truncation, before it reports; it is down about 2 s "
+    "while the master takes puts, then restarts",
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6)),
+     Step("await_crash", "slave", (0.0, 0.0)), Step("start", "slave", (2.0, 2.5))),
+    # An ASYNC_MASTER at 200 puts/s ships a few hundred ranges in its first
+    # 10 s: the master's hit falls inside await_crash's wait.
+    failpoints=(FailpointPlan("master", "after_ship_before_ack", hits=(40, 200)),
+                FailpointPlan("slave", "slave_after_truncate_before_report", hits=(1, 1))),
+))
+_add(Scenario(
+    "dispatch-stall-clean-restart",
+    "consume while producing; the master's consume-queue dispatch stalls 12 s (its reput "
+    "service is stuck; puts go on); the slave is paused (SIGSTOP) and the master stopped "
+    "cleanly (SIGTERM) while it stalls; the master starts again, then the slave resumes",
+    # The stall starts at the first or second dispatch pass with records
+    # (within about 2 s of the load's start), so the stop falls inside it
+    # with the close's 5 s drain of --emulate rmq-405 ending before it does.
+    # The paused slave cannot serve the consumer while the master is down
+    # (pulls fall over to a slave): what the master's queues lack shows.
+    (Step("pause", "slave", (3.5, 4.0)), Step("stop", "master", (0.2, 0.4)),
+     Step("start", "master", (0.3, 0.6)), Step("resume", "slave", (0.5, 1.0))),
+    failpoints=(FailpointPlan("master", "reput_before_dispatch", "delay:12000",
+                              hits=(1, 2)),),
+    consume=True,
+))
+_add(Scenario(
+    "rogue-ha-peer",
+    "a rogue HA peer (cluster token, its own name) reports 1 GiB beyond the master's end; "
+    "the slave is paused (SIGSTOP) meanwhile; SIGKILL the master, resume the slave, "
+    "restart the master",
+    (Step("rogue_peer", "master", (1.8, 2.2)), Step("pause", "slave", (0.5, 0.8)),
+     Step("kill", "master", (3.0, 3.5)), Step("resume", "slave", (1.5, 2.0)),
+     Step("start", "master", (0.0, 0.2))),
 ))
 
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-after-ship",

@@ -89,7 +89,8 @@ FAULTS: dict[str, tuple[str, bool, str]] = {
     "fault_id": ("int", False, "in order of injection"),
     "kind": ("str", False, "kill, stop, start, restart, pause, resume, partition, heal, "
                            "torn_tail, bit_flip, failpoint, refused (a start the node's "
-                           "corruption policy refused: it stays down)"),
+                           "corruption policy refused: it stays down), rogue_peer (an HA "
+                           "stream reporting beyond the master's end)"),
     "node": ("str", True, "target node (null for a link fault)"),
     "peer": ("str", True, "other end for partition/heal"),
     "start_ms": ("int", False, "when the fault was injected"),
@@ -238,11 +239,17 @@ def write_json(path: str, obj: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+# What json.dumps(row, sort_keys=True) builds for every row, built once (a
+# sim run writes tens of thousands of rows; the encoder holds no state).
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
 def write_jsonl(path: str, rows: Iterable[Mapping[str, Any]]) -> None:
     tmp = path + ".tmp"
+    encode = _SORTED_JSON.encode
     with open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, sort_keys=True))
+            f.write(encode(row))
             f.write("\n")
     os.replace(tmp, path)
 

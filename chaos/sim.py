@@ -31,61 +31,108 @@ local run keeps its stores (RUN/cluster/nodes/NAME/data/), and read back
 with chaos/readback.py like any other run: the report reads a sim run
 unchanged.
 
-Not modelled yet: pause/resume (no process to SIGSTOP), the consumer
-process, disk damage steps (torn_tail, bit_flip), the `process` crash
-model; scenarios that need them are refused (SUPPORTED_SCENARIOS).
+Also: pause/resume (every callback of the node held while it is paused,
+chaos/sim_cluster.py), partitions of the master-slave links, the disk
+damage steps (chaos/disk_faults.py on a copy of the durable files), the
+consumer (chaos/sim_consumer.py), the rogue HA peer (chaos/rogue_peer.py's
+client as a task on the loop), and with `--sim-disk-faults drawn` fsync
+EIO and latent read corruption at rates drawn per seed. Refused: the
+`process` crash model, and the scenarios in REFUSED_SCENARIOS (with why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
+import random
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from chaos import disk_faults, scenarios
 from chaos.plan import RunPlan, plan_run, stream
 from chaos.readback import read_back
+from chaos.rogue_peer import OVER_BY, RoguePeerTask
 from chaos.runner import RunConfig, _versions
 from chaos.scenarios import Step
-from chaos.schema import SCHEMA_VERSION, write_json, write_jsonl
-from chaos.sim_cluster import NET_DELAY_S, OWNER, SimCluster, SimSender, SimulatedCrash
-from chaos.workload import Workload
+from chaos.schema import CONSUMER_NODE, SCHEMA_VERSION, write_json, write_jsonl
+from chaos.sim_cluster import (
+    NET_DELAY_S,
+    OWNER,
+    TOKEN,
+    SimCluster,
+    SimSender,
+    SimulatedCrash,
+)
+from chaos.sim_consumer import SimConsumer
+from chaos.workload import TOPIC, Workload
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store import sim_loop
-from store.config import CorruptionPolicy
-from store.disk import DiskFaults
+from store.config import CorruptionPolicy, CrashModel, FlushMode
+from store.memory_disk import DiskFaults
 from store.sim_loop import VirtualTimeLoop
 
-SUPPORTED_SCENARIOS = ("master-crash", "master-crash-unflushed", "clean-restart", "slave-crash",
-                       "double-crash")
+# The scenarios whose faults the sim has no twin for: a `delay` failpoint
+# is a blocking sleep of the thread that hits it. The sim flushes inline
+# (a sleep would block the whole simulation in real time without moving
+# its clock); a stalled reput pass sleeps a thread of its own in wall time
+# while simulated time runs on, so the stall's end would depend on the
+# machine, not the seed.
+REFUSED_SCENARIOS = {
+    "flusher-stall-crash-consuming": "its `delay` failpoint blocks the flusher thread, and "
+                                     "the sim flushes inline on its one loop",
+    "dispatch-stall-clean-restart": "its `delay` failpoint blocks the reput (dispatch) "
+                                    "thread in wall time while simulated time runs on",
+}
+SUPPORTED_SCENARIOS = tuple(s for s in scenarios.SCENARIOS if s not in REFUSED_SCENARIOS)
 # Messages per second per producer when the run gives no rate: on simulated
 # time "as fast as acks come" has no bound (an ASYNC put takes no time).
 DEFAULT_RATE_PER_S = 25.0
 # Per seed, the chance a crash tears a file's unsynced writes instead of
 # losing them whole (TigerBeetle's VOPR draws 80-100 %).
 TORN_WRITE_RANGE = (0.8, 1.0)
+# With --sim-disk-faults drawn, per seed: the chance an fsync fails with EIO
+# (small: the store then refuses puts until it restarts) and the chance a
+# read returns latent corruption (VOPR draws 0-10 %).
+FSYNC_EIO_RANGE = (0.0, 0.0001)
+READ_CORRUPTION_RANGE = (0.0, 0.10)
 SETTLE_QUIET_S = 1.0
+ROGUE_ADDRESS = "rogue-peer:0"  # where the rogue HA peer's stream comes from
 
 
 class SimUnsupportedError(ValueError):
     """A run the sim backend cannot run (yet); the message names what can."""
 
 
-def check_supported(scenarios: list[str], crash_model: str) -> None:
-    bad = [s for s in scenarios if s not in SUPPORTED_SCENARIOS]
+def check_supported(names: list[str], crash_model: str) -> None:
+    bad = [s for s in names if s not in SUPPORTED_SCENARIOS]
     if bad:
+        why = "; ".join(f"{s}: {REFUSED_SCENARIOS[s]}" for s in bad if s in REFUSED_SCENARIOS)
         raise SimUnsupportedError(
-            f"the sim backend does not run scenario(s) {', '.join(bad)} yet; it runs "
-            f"{', '.join(SUPPORTED_SCENARIOS)} (use --backend local for the others)")
+            f"the sim backend does not run scenario(s) {', '.join(bad)}"
+            f"{f' ({why})' if why else ''}; it runs {', '.join(SUPPORTED_SCENARIOS)} "
+            "(use --backend local for the others)")
     if crash_model != "power":
         raise SimUnsupportedError("the sim backend models the power crash model only: "
                                   "drop --crash-model process or use --backend local")
+
+
+def draw_disk_faults(seed: int, profile: str, rng: random.Random) -> DiskFaults:
+    """The run's disk fault probabilities. The torn-write one comes from the
+    run's generator (as it always has); the drawn ones from their own
+    stream, so turning them on leaves every other draw of the seed as it was."""
+    torn = round(rng.uniform(*TORN_WRITE_RANGE), 4)
+    if profile != "drawn":
+        return DiskFaults(torn_write=torn)
+    own = stream(seed, "sim-disk-faults")
+    return DiskFaults(torn_write=torn, fsync_eio=round(own.uniform(*FSYNC_EIO_RANGE), 6),
+                      read_corruption=round(own.uniform(*READ_CORRUPTION_RANGE), 4))
 
 
 def start_epoch_ms(seed: int) -> int:
@@ -120,7 +167,7 @@ class SimRun:
         self.cluster_dir = os.path.join(self.run_dir, "cluster")
         self._log = log
         self.rng = stream(cfg.seed, "sim")
-        self.disk_faults = DiskFaults(torn_write=round(self.rng.uniform(*TORN_WRITE_RANGE), 4))
+        self.disk_faults = draw_disk_faults(cfg.seed, cfg.sim_disk_faults, self.rng)
         self.master = "master"
         self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
         workload = cfg.workload
@@ -131,9 +178,12 @@ class SimRun:
         self.observations: list[dict[str, Any]] = []
         self.recoveries: dict[str, list[str]] = {}
         self.killed: set[str] = set()
+        self.damaged: set[str] = set()
+        self.consumer: SimConsumer | None = None
         self.loop_errors: list[str] = []
         self.crashed_at: dict[str, int] = {}
         self._slave_offsets: dict[str, int] = {}
+        self.rogues: list[RoguePeerTask] = []
 
     # ------------------------------------------------------------ records
     def _fault(self, kind: str, node: str | None, start: int, *, peer: str | None = None,
@@ -148,13 +198,15 @@ class SimRun:
     def _spec(self, name: str, role: Role, failpoints: str) -> NodeSpec:
         cfg = self.cfg
         return NodeSpec(
-            name=name, role=role, flush=cfg.flush, crash_model=cfg.crash_model,
+            name=name, role=role, flush=FlushMode(cfg.flush),
+            crash_model=CrashModel(cfg.crash_model),
             segment_size_bytes=cfg.segment_size_bytes,
             slave_ahead_policy=SlaveAheadPolicy(cfg.slave_ahead_policy),
             ha_ship_limit=ShipLimit(cfg.ha_ship_limit), failpoints=failpoints,
             corruption_policy=CorruptionPolicy(cfg.corruption_policy),
-            extra_args=cfg.master_args if role is not Role.SLAVE else (),
-            emulate=cfg.emulate)
+            extra_args=cfg.master_args if role is not Role.SLAVE else cfg.slave_args,
+            emulate=cfg.emulate,
+            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms)
 
     # ---------------------------------------------------------------- run
     def execute(self) -> str:
@@ -197,7 +249,9 @@ class SimRun:
                                   if i == 0 else "") for i, s in enumerate(self.slaves))
         cluster = SimCluster(loop, self.rng, master, slaves, self.disk_faults,
                              on_crash=lambda name: self.crashed_at.setdefault(
-                                 name, loop.wall_ms()))
+                                 name, loop.wall_ms()),
+                             pausable=any(s.action == "pause" for s in cfg.scenario.steps),
+                             fsync_rng=stream(cfg.seed, "sim-fsync"))
         self.cluster = cluster
         for name in (self.master, *self.slaves):
             await cluster.start(name)
@@ -210,6 +264,12 @@ class SimRun:
                             run_tag=f"s{cfg.seed}", clock_ns=loop.wall_ns, monotonic=loop.time)
         duration = max(cfg.scenario.load_s, cfg.sim_duration_s)
         load = asyncio.create_task(workload.run(duration + 60.0))
+        if cfg.scenario.consume:
+            self.consumer = SimConsumer(
+                loop, cluster.network, self.run_dir, token=TOKEN, topic=TOPIC,
+                commit_interval_ms=cfg.scenario.consumer_commit_interval_ms,
+                targets={n: cluster.nodes[n].address for n in (self.master, *self.slaves)})
+            self._start_consumer()
         t0 = loop.time()
         for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
             await asyncio.sleep(delay)
@@ -221,7 +281,25 @@ class SimRun:
         await self._end_phase(cluster)
         self._write(cluster, history, started, loop.wall_ms(), loop.time() - t0, logs)
 
+    def _start_consumer(self) -> None:
+        assert self.consumer is not None
+        ctx = contextvars.copy_context()
+        ctx.run(OWNER.set, CONSUMER_NODE)  # its log lines are its own
+        self.consumer.start(ctx)
+
+    async def _consumer_step(self, action: str, t: int) -> None:
+        assert self.consumer is not None
+        if action == "start":
+            self._start_consumer()
+            detail = f"consumer incarnation {self.consumer.incarnations}"
+        else:
+            detail = await self.consumer.apply(action)
+        self._fault(action, CONSUMER_NODE, t, detail=detail,
+                    end=None if action == "kill" else self.cluster.clock.wall_ms())
+
     def _targets(self, target: str) -> list[str]:
+        if target == "consumer":
+            return [CONSUMER_NODE]
         if target == "master":
             return [self.master]
         if target == "slave":
@@ -230,8 +308,22 @@ class SimRun:
 
     async def _apply(self, cluster: SimCluster, step: Step) -> None:
         t = cluster.clock.wall_ms()
+        # The local runner's draw for a disk damage step (chaos/runner.py).
+        rng = random.Random(self.plan.disk_fault_seed + len(self.faults))
+        if step.action in ("partition", "heal"):  # the master-slave links
+            for s in self.slaves:
+                if step.action == "partition":
+                    cluster.partition(self.master, s)
+                    self._fault("partition", self.master, t, peer=s)
+                else:
+                    cluster.heal(self.master, s)
+                    self._close_fault("partition", self.master, t)
+                    self._fault("heal", self.master, t, peer=s, end=t)
+            return
         for name in self._targets(step.target):
-            if step.action == "kill":
+            if name == CONSUMER_NODE:
+                await self._consumer_step(step.action, t)
+            elif step.action == "kill":
                 cluster.kill(name)
                 self.killed.add(name)
                 self._fault("kill", name, t)
@@ -244,8 +336,44 @@ class SimRun:
                 await self._start(cluster, name, step.action, t, None)
             elif step.action == "await_crash":
                 await self._await_crash(cluster, name, t)
+            elif step.action == "pause":
+                cluster.pause(name)
+                self._fault("pause", name, t)
+            elif step.action == "resume":
+                cluster.resume(name)
+                self._close_fault("pause", name, t)
+                self._fault("resume", name, t, end=t)
+            elif step.action in ("torn_tail", "bit_flip"):
+                fn = disk_faults.torn_tail if step.action == "torn_tail" else disk_faults.bit_flip
+                detail = cluster.damage(name, fn, rng)
+                self.damaged.add(name)
+                self._fault(step.action, name, t, damages=True, detail=detail,
+                            end=cluster.clock.wall_ms())
+            elif step.action == "rogue_peer":
+                self._rogue_peer(cluster, name, t)
             else:  # check_supported refuses the scenarios with other steps
                 raise SimUnsupportedError(f"step {step.action} is not simulated")
+
+    def _rogue_peer(self, cluster: SimCluster, name: str, t: int) -> None:
+        """chaos/runner.py's rogue HA peer: chaos/rogue_peer.py's client as a
+        task on this loop, over the in-memory network, with the token. It
+        belongs to no node: a pause or kill of one does not hold or end it."""
+        first = cluster.wrote(name)
+        if first is None:
+            self._fault("rogue_peer", name, t, detail="not started: the node is down")
+            return
+        rogue = RoguePeerTask(cluster.clock.wall_ms)
+        rogue.start(cluster.network.connector(ROGUE_ADDRESS), cluster.nodes[name].address,
+                    TOKEN, first, incarnation=f"rogue{len(self.rogues)}")
+        self.rogues.append(rogue)
+        self._fault("rogue_peer", name, t, detail=f"HA stream with the cluster token: first "
+                                                  f"report {first}, then {first + OVER_BY}")
+
+    def _close_fault(self, kind: str, node: str, t: int) -> None:
+        for f in reversed(self.faults):
+            if f["kind"] == kind and f["node"] == node and f["end_ms"] is None:
+                f["end_ms"] = t
+                return
 
     async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
                      detail: str | None) -> None:
@@ -290,11 +418,35 @@ class SimRun:
                     detail=f"failpoint {spec} did not fire in {wait_s:g} s")
 
     async def _end_phase(self, cluster: SimCluster) -> None:
+        t = cluster.clock.wall_ms()
+        for rogue in self.rogues:
+            if rogue.stop():
+                self._close_fault("rogue_peer", self.master, t)
+        for name in (self.master, *self.slaves):
+            if cluster.paused(name):
+                cluster.resume(name)
+                self._close_fault("pause", name, t)
+                self._fault("resume", name, t, end=t, detail="end of run")
+        for s in self.slaves:
+            if cluster.partitioned(self.master, s):
+                cluster.heal(self.master, s)
+                self._close_fault("partition", self.master, t)
+                self._fault("heal", self.master, t, peer=s, end=t, detail="end of run")
         for name in (self.master, *self.slaves):
             if cluster.nodes[name].state is NodeState.STOPPED:
                 t = cluster.clock.wall_ms()
                 await self._start(cluster, name, "start", t, "end of run")
         await self._settle(cluster)
+        if self.consumer is not None:
+            # It drains what the cluster holds before the nodes stop (the
+            # load has ended), as on the local backend.
+            if not self.consumer.running:
+                t = cluster.clock.wall_ms()
+                self._start_consumer()
+                self._fault("start", CONSUMER_NODE, t, end=cluster.clock.wall_ms(),
+                            detail="end of run: consumer incarnation "
+                                   f"{self.consumer.incarnations}")
+            await self.consumer.drain()
         for name in (*self.slaves, self.master):
             await cluster.stop(name)
 
@@ -340,14 +492,23 @@ class SimRun:
                 "name": name, "role": cluster.nodes[name].config.role.value,
                 "min_offset": rb.min_offset, "flushed": rb.end_offset, "wrote": rb.end_offset,
                 "first_bad_offset": rb.first_bad_offset,
-                "recoveries": self.recoveries.get(name, []), "disk_damaged": False,
+                "recoveries": self.recoveries.get(name, []), "disk_damaged": name in self.damaged,
                 "killed": name in self.killed,
             })
             with open(os.path.join(d, "node.log"), "w", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in logs.lines.get(name, [])))
+        for i, rogue in enumerate(self.rogues):
+            with open(os.path.join(self.run_dir, f"rogue_peer{i}.log"), "w",
+                      encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in rogue.lines))
         write_jsonl(os.path.join(self.run_dir, "history.jsonl"), history)
         write_jsonl(os.path.join(self.run_dir, "faults.jsonl"), self.faults)
         write_jsonl(os.path.join(self.run_dir, "observations.jsonl"), self.observations)
+        if self.consumer is not None:
+            consumed, committed, summary = self.consumer.collect()
+            write_jsonl(os.path.join(self.run_dir, "consumed.jsonl"), consumed)
+            write_jsonl(os.path.join(self.run_dir, "committed.jsonl"), committed)
+            write_json(os.path.join(self.run_dir, "consumer.json"), summary)
         disk_faults: list[dict[str, Any]] = []
         for name in (self.master, *self.slaves):
             disk_faults += [{"node": name, **f} for f in cluster.nodes[name].disk.faults]
@@ -365,12 +526,16 @@ class SimRun:
             "plan": {"step_delays_s": list(self.plan.step_delays_s),
                      "workload_seed": self.plan.workload_seed},
             "master_args": list(cfg.master_args),
+            "slave_args": list(cfg.slave_args),
             "emulate": sorted(cfg.emulate),
+            "config": cfg.to_record(),
             # What only a simulated run has (chaos/sim.py).
             "sim": {"simulated_s": round(simulated_s, 3),
                     "rate_per_s": self.workload.rate_per_s,
                     "producers": self.workload.producers,
                     "net_delay_s": list(NET_DELAY_S),
+                    "fsync_typical_s": round(cluster.fsync_typical_s, 6),
+                    "disk_fault_profile": cfg.sim_disk_faults,
                     "disk_fault_rates": {"torn_write": self.disk_faults.torn_write,
                                          "fsync_eio": self.disk_faults.fsync_eio,
                                          "read_corruption": self.disk_faults.read_corruption},

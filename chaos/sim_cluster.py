@@ -5,7 +5,19 @@ MemoryNetwork, flushes inline; and the producers' client calls to it.
 
 A node's tasks (and the callbacks they schedule) carry its name in a context
 variable (OWNER), so a kill can cancel exactly that node's tasks, and a log
-line can be told whose it is."""
+line can be told whose it is.
+
+A pause is SIGSTOP's twin: every callback the loop would run for a paused
+node (its tasks' steps, its timers, its futures' callbacks: whatever runs in
+a context owned by it) is held, in order, and run when it resumes, as a
+stopped process runs its overdue timers and buffered input at SIGCONT.
+Messages already on the wire are the network's (no owner): they arrive in
+the paused node's buffers and wait there. A client call to a paused node
+waits in its socket until the node resumes; its caller's deadline runs.
+
+A partition cuts the links between two nodes as the local backend's link
+proxy does: bytes are held, neither side hears of it but by its own
+timeouts, and at heal every stream that lived through the cut is reset."""
 
 from __future__ import annotations
 
@@ -13,8 +25,10 @@ import argparse
 import asyncio
 import contextvars
 import json
+import math
 import os
 import random
+import tempfile
 import weakref
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field
@@ -24,16 +38,25 @@ from chaos.workload import SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.transport import Handler, MasterStream, MemoryNetwork
-from store.disk import DiskFaults, MemoryDisk
 from store.failpoints import Failpoints
 from store.flush_executor import InlineFlushExecutor
+from store.memory_disk import DiskFaults, MemoryDisk
 from store.record import UNIQ_KEY, Message
 from store.sim_loop import VirtualTimeLoop
 from store.status import INDETERMINATE
 from store.store import StoreOpenError
 
+# Where network deliveries run: no node's context (a pause holds none of them).
+NET_CONTEXT = contextvars.Context()
 # One-way delay of a message (HA stream or client call), seconds.
 NET_DELAY_S = (0.0002, 0.002)
+# How long one group-commit flush (write + fsync) takes. Per run a disk
+# speed is drawn (the typical fsync, log-uniform over this range: an idle
+# SSD's 0.1 ms to a busy shared disk's 10 ms), and each flush takes 0.5 to
+# 1.5 times it. Meanwhile the node goes on and the HA master ships what it
+# wrote (store/flush_executor.py), so a crash inside a flush can leave a
+# slave ahead under SYNC_FLUSH too, as it can beside a real flusher thread.
+FSYNC_S = (0.0001, 0.01)
 DATA_DIR = "/data"
 TOKEN = "sim-token"  # in-process: nothing to protect, and it must not vary
 
@@ -48,10 +71,10 @@ class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to ha
 def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
     """The NodeConfig `dlab node` would build from the options a local
     backend gives this spec (so both backends run the same configuration)."""
-    from cluster.cli.commands import _register_node, node_config_from_args
+    from cluster.cli.node_command import node_config_from_args, register_node
 
     parser = argparse.ArgumentParser(prog="dlab")
-    _register_node(parser.add_subparsers(dest="cmd"))
+    register_node(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["node", *spec.node_args(
         data_dir=DATA_DIR, listen=listen, master=master, token_file="-")])
     cfg: NodeConfig = node_config_from_args(args, token=TOKEN)
@@ -59,9 +82,14 @@ def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
 
 
 class _OwnedNetwork(MemoryNetwork):
-    """A MemoryNetwork whose served streams run as the serving node's (its
-    logs and tasks are the master's, not those of the slave that opened
-    the stream)."""
+    """A MemoryNetwork whose served streams and calls run as the serving
+    node's (its logs and tasks are the master's, not those of the slave that
+    opened the stream)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *,
+                 delay: Callable[[Any], float]) -> None:
+        super().__init__(loop, delay=delay)
+        self._call_owners: dict[str, contextvars.Context] = {}
 
     def serve(self, address: str, handler: Handler, *, token: str) -> None:
         owner = OWNER.get()
@@ -71,6 +99,14 @@ class _OwnedNetwork(MemoryNetwork):
             await handler(stream)
 
         super().serve(address, owned, token=token)
+
+    def serve_calls(self, address: str, servicer: Any, *, token: str) -> None:
+        self._call_owners[address] = contextvars.copy_context()
+        super().serve_calls(address, servicer, token=token)
+
+    def _run_call(self, address: str, coro: Any) -> asyncio.Task[Any]:
+        owner = self._call_owners.get(address)
+        return self._loop.create_task(coro, context=None if owner is None else owner.copy())
 
 
 @dataclass
@@ -86,6 +122,8 @@ class SimNode:
     # (A dict: insertion order, so a kill fails them in a reproducible order.)
     calls: dict[asyncio.Future[SendOutcome], None] = field(default_factory=dict)
     refused: str | None = None
+    # The running incarnation's context (OWNER = name): its client calls run in it.
+    context: contextvars.Context = field(default_factory=contextvars.Context)
 
     @property
     def address(self) -> str:
@@ -98,17 +136,30 @@ class SimCluster:
 
     def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
                  slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
-                 on_crash: Callable[[str], object]) -> None:
+                 on_crash: Callable[[str], object], *, pausable: bool = False,
+                 fsync_rng: random.Random | None = None) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
         self.network = _OwnedNetwork(loop, delay=lambda _msg: self.net_delay())
         self.disk_faults = disk_faults
+        # Its own generator: the fsync draws shift no other draw of the run.
+        self.fsync_rng = fsync_rng if fsync_rng is not None else random.Random(0)
+        self.fsync_typical_s = math.exp(self.fsync_rng.uniform(*map(math.log, FSYNC_S)))
         self._on_crash = on_crash  # told the node's name when a failpoint crashes it
         # Each node's tasks, in creation order (weakly: a finished task goes).
         self._tasks: dict[str, weakref.WeakKeyDictionary[asyncio.Task[Any], int]] = {}
         self._created = 0
         loop.set_task_factory(self._task_factory)
+        # Callbacks held for each paused node, in the order they came due.
+        self._held: dict[str, list[tuple[contextvars.Context, Callable[..., object],
+                                         tuple[Any, ...]]]] = {}
+        self._partitions: set[tuple[str, str]] = set()
+        self._soon = loop.call_soon
+        # The gate costs every owned callback a call: only a run that pauses has it.
+        self.pausable = pausable
+        if pausable:
+            self._install_pause_gate()
         addr = "10.0.0.1:7001"
         self.master = master.name
         self.nodes: dict[str, SimNode] = {
@@ -123,6 +174,9 @@ class SimCluster:
     def net_delay(self) -> float:
         return self.rng.uniform(*NET_DELAY_S)
 
+    def fsync_latency(self) -> float:
+        return self.fsync_typical_s * self.fsync_rng.uniform(0.5, 1.5)
+
     def _task_factory(self, loop: asyncio.AbstractEventLoop,
                       coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
                       context: contextvars.Context | None = None) -> asyncio.Task[Any]:
@@ -133,6 +187,43 @@ class SimCluster:
             self._tasks.setdefault(owner, weakref.WeakKeyDictionary())[task] = self._created
         return task
 
+    def _install_pause_gate(self) -> None:
+        """Route every callback run in a node-owned context through a gate
+        that holds it while that node is paused (see the module doc). The
+        loop's call_soon/call_at are replaced on this loop object only;
+        asyncio's own scheduling (task steps, future callbacks, call_later)
+        goes through them."""
+        loop = self.loop
+        soon, at = loop.call_soon, loop.call_at
+        held = self._held
+
+        def gated(owner: str, ctx: contextvars.Context, cb: Callable[..., object],
+                  *args: Any) -> None:
+            parked = held.get(owner)
+            if parked is not None:
+                parked.append((ctx, cb, args))
+                return
+            cb(*args)
+
+        def call_soon(cb: Callable[..., object], *args: Any,
+                      context: contextvars.Context | None = None) -> asyncio.Handle:
+            ctx = context if context is not None else contextvars.copy_context()
+            owner = ctx.get(OWNER)
+            if owner is None:
+                return soon(cb, *args, context=ctx)
+            return soon(gated, owner, ctx, cb, *args, context=ctx)
+
+        def call_at(when: float, cb: Callable[..., object], *args: Any,
+                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+            ctx = context if context is not None else contextvars.copy_context()
+            owner = ctx.get(OWNER)
+            if owner is None:
+                return at(when, cb, *args, context=ctx)
+            return at(when, gated, owner, ctx, cb, *args, context=ctx)
+
+        loop.call_soon = call_soon  # type: ignore[method-assign,assignment]
+        loop.call_at = call_at  # type: ignore[method-assign,assignment]
+
     # ------------------------------------------------------------ lifecycle
     async def start(self, name: str) -> bool:
         """Start (recover) a node; False when its store refused to open."""
@@ -140,12 +231,14 @@ class SimCluster:
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
         n.calls = {}
-        node = Node(n.config, clock=self.clock, executor=InlineFlushExecutor(),
+        node = Node(n.config, clock=self.clock,
+                    executor=InlineFlushExecutor(fsync_latency_s=self.fsync_latency),
                     network=self.network, disk=n.disk)
         spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
         node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name))
         ctx = contextvars.copy_context()
         ctx.run(OWNER.set, name)
+        n.context = ctx.copy()
         try:
             await self.loop.create_task(node.start(), context=ctx)
         except StoreOpenError as exc:
@@ -156,6 +249,7 @@ class SimCluster:
 
     async def stop(self, name: str) -> None:
         n = self.nodes[name]
+        self.resume(name)
         if n.node is not None and n.state is NodeState.RUNNING:
             await n.node.stop()
         n.node, n.state = None, NodeState.STOPPED
@@ -166,6 +260,7 @@ class SimCluster:
         n = self.nodes[name]
         if n.state is not NodeState.RUNNING:
             return
+        parked = self._held.pop(name, [])  # SIGKILL of a stopped process: it never runs again
         n.disk = n.disk.crash()
         n.node, n.state = None, NodeState.STOPPED
         calls, n.calls = n.calls, {}
@@ -176,21 +271,53 @@ class SimCluster:
             self.network.unserve(n.address)
         else:
             self.network.reset(n.address)
+        self.network.unserve_calls(n.address)
         current = asyncio.current_task()
         owned = self._tasks.pop(name, weakref.WeakKeyDictionary())
         for task, _n in sorted(owned.items(), key=lambda item: item[1]):
             if task is not current:
                 task.cancel()
+        # What a pause held: task steps now unwind (their tasks are
+        # cancelled); the rest runs against the dead node's objects, as any
+        # of its callbacks still scheduled at a kill does.
+        for ctx, cb, args in parked:
+            self._soon(cb, *args, context=ctx)
 
     def _crash(self, name: str) -> None:
         self.kill(name)
         self._on_crash(name)
         raise SimulatedCrash(name)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP: nothing of the node runs until resume (module doc)."""
+        assert self.pausable, "a SimCluster made without pausable=True cannot pause"
+        n = self.nodes[name]
+        if n.state is NodeState.RUNNING:
+            self._held.setdefault(name, [])
+
+    def resume(self, name: str) -> None:
+        """SIGCONT: what came due while paused runs now, in order."""
+        for ctx, cb, args in self._held.pop(name, []):
+            self._soon(cb, *args, context=ctx)
+
+    def paused(self, name: str) -> bool:
+        return name in self._held
+
     def partition(self, a: str, b: str) -> None:
+        self._partitions.add((a, b))
         self.network.partition(self.nodes[a].address, self.nodes[b].address)
 
+    def partitioned(self, a: str, b: str) -> bool:
+        return (a, b) in self._partitions
+
     def heal(self, a: str, b: str) -> None:
+        """Reconnect a and b; the streams that lived through the cut are
+        reset first (their held bytes are lost, as the link proxy's are)."""
+        if (a, b) not in self._partitions:
+            return
+        self._partitions.discard((a, b))
+        client = b if self.nodes[a].config.master is None else a
+        self.network.reset(self.nodes[client].address)
         self.network.heal(self.nodes[a].address, self.nodes[b].address)
 
     def wrote(self, name: str) -> int | None:
@@ -230,11 +357,37 @@ class SimCluster:
                     walk(path, os.path.join(out, entry))
                 elif entry != "lock":
                     data = b"" if entry == "abort" else disk.durable_bytes(path)
+                    # A preallocated segment is mostly zeros: write what
+                    # precedes them and extend the file (reads the same).
+                    written = data.rstrip(b"\0")
                     with open(os.path.join(out, entry), "wb") as f:
-                        f.write(data)
+                        f.write(written)
+                        if len(written) < len(data):
+                            f.truncate(len(data))
 
         if disk.isdir(DATA_DIR):
             walk(DATA_DIR, dest)
+
+
+    def damage(self, name: str, fault: Callable[[str, random.Random], str],
+               rng: random.Random) -> str:
+        """A disk damage step on a stopped node (chaos/disk_faults.py's
+        torn_tail or bit_flip): the same function, applied to a real copy
+        of the node's durable files; what it changed is written back to
+        the MemoryDisk, durably. Returns the fault's detail."""
+        n = self.nodes[name]
+        assert n.state is not NodeState.RUNNING, f"{name} must be stopped to damage its disk"
+        with tempfile.TemporaryDirectory(prefix="dlab-sim-damage-") as tmp:
+            self.export(name, tmp)
+            detail = fault(tmp, rng)
+            commitlog = os.path.join(tmp, "commitlog")
+            for entry in sorted(os.listdir(commitlog)):
+                path = os.path.join(DATA_DIR, "commitlog", entry)
+                with open(os.path.join(commitlog, entry), "rb") as f:
+                    data = f.read()
+                if n.disk.durable_bytes(path) != data:
+                    n.disk.write_file(path, data)
+        return detail
 
 
 class SimSender:
@@ -271,6 +424,10 @@ class SimSender:
             _answer(answer, SendOutcome(INDETERMINATE, None, None,
                                         f"UNAVAILABLE: {self.name} is down (connection refused)"))
             return
+        held = c._held.get(self.name)
+        if held is not None:  # waits in the socket until the node resumes
+            held.append((NET_CONTEXT, self._arrive, (answer, msg)))
+            return
         calls = n.calls
         calls[answer] = None
 
@@ -282,9 +439,9 @@ class SimSender:
             stored = r.status.stored
             c.loop.call_later(c.net_delay(), _answer, answer, SendOutcome(
                 r.status.value, r.offset if stored else None, r.size if stored else None,
-                r.detail or None))
+                r.detail or None), context=NET_CONTEXT)
 
-        node.submit([msg], done)
+        n.context.run(node.submit, [msg], done)
 
 
 def _answer(fut: asyncio.Future[SendOutcome], outcome: SendOutcome) -> None:

@@ -53,7 +53,7 @@ class RunOutcome:
 def _ignored_slaves(run: RunInfo) -> int:
     # Imported here: the pipeline module loads Spark's Python side (a second
     # or two), which only runs that end need.
-    from chaos.pipeline import ignored_slaves
+    from chaos.slave_ahead import ignored_slaves
 
     return ignored_slaves(run)
 

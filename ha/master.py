@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from ha.transport import EOF, MasterStream
 from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
 from store.clock import Clock
-from store.emulate import RMQ_3349
+from store.emulate import RMQ_3015, RMQ_3349
 from store.failpoints import Failpoints
 from store.names import name_problem
 from store.record import CorruptRecordError
@@ -49,13 +50,22 @@ WRITE_DRAIN_S = 2.0
 SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node/server.py NodeConfig)
 
 
+class SlaveLink(enum.StrEnum):
+    """A slave's link as the master sees it (node status `slaves[].state`)."""
+
+    CONNECTED = "connected"  # its reports are accepted
+    TRUNCATING = "truncating"  # told to cut its log back to the master's end
+    REJECTED = "rejected"  # ahead of the master, refused (slave_ahead_policy=reject)
+    DISCONNECTED = "disconnected"  # no stream
+
+
 @dataclass
 class SlaveLinkState:
     """What node status shows for one slave (by name)."""
 
     slave: str
     peer: str = ""
-    state: str = "connected"  # connected | disconnected | rejected
+    state: SlaveLink = SlaveLink.CONNECTED
     acked: int = -1
     shipped: int = -1
     connected_since_ms: int = 0
@@ -73,6 +83,7 @@ class _Stream:
     close: tuple[grpc.StatusCode, str] | None = None
     truncate_sent: int | None = None
     context: MasterStream | None = None  # the call: is it over?
+    incarnation: str = ""  # the slave process's id (its first report)
 
     def close_with(self, code: grpc.StatusCode, reason: str) -> None:
         if self.close is None:
@@ -92,10 +103,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         self._streams: dict[str, _Stream] = {}
         self._waiters: ReplicaWaitQueue[asyncio.Future[PutStatus]] = ReplicaWaitQueue()
         self._closing = False
-        # --emulate rmq-3349: RocketMQ's HAService.push2SlaveMaxOffset, the
-        # highest report ever accepted: never lowered, not reset when a
-        # stream ends, and what SYNC_MASTER waits compare against while any
-        # stream is connected.
+        # --emulate rmq-3349 or rmq-3015: RocketMQ's
+        # HAService.push2SlaveMaxOffset, the highest report ever accepted:
+        # never lowered, not reset when a stream ends, and what SYNC_MASTER
+        # waits compare against while any stream is connected.
         self._push2slave_max: int | None = None
 
     # ------------------------------------------------------ put-side API
@@ -114,7 +125,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 if best is None or acked > best:
                     best = acked
         if best is not None and self._push2slave_max is not None:
-            # Only under --emulate rmq-3349 (see __init__); the fixed code
+            # Only under --emulate rmq-3349/rmq-3015 (see __init__); the fixed code
             # counts the established streams' own acks only.
             best = max(best, self._push2slave_max)
         return best
@@ -175,7 +186,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         first = await self._first_report(context)
         if first is None:
             return
-        refusal = self._claim_refusal(first.slave)
+        refusal = self._claim_refusal(first.slave, first.incarnation)
         if refusal is not None:
             log.warning("refusing a replication stream from %s: %s", context.peer(), refusal[1])
             await context.abort(*refusal)
@@ -207,21 +218,30 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                                 f"no report within {housekeeping_s:g} s of opening the stream")
         raise AssertionError("unreachable: abort raises")
 
-    def _claim_refusal(self, name: str) -> tuple[grpc.StatusCode, str] | None:
+    def _claim_refusal(self, name: str, incarnation: str) -> tuple[grpc.StatusCode, str] | None:
         """Why a new stream may not be slave `name`, or None.
 
         The name is shown in status and logs: 1..64 characters of the topic
         rule (store/names.py). A stream is the slave its first report names
-        for its whole life (later reports' names are not read), and a second
-        stream naming a slave whose stream is live is refused: it must not
-        disconnect the real one. The old stream counts as over, and is
-        replaced, once its call has ended or it has expired by the master's
-        own rule (no report for the housekeeping interval)."""
+        for its whole life (later reports' names are not read). A stream
+        from the same slave process (same incarnation) supersedes the old
+        one: the slave only opens a new stream once it has given up on the
+        old, whose end the master may not have seen yet. A stream from
+        another process naming a slave whose stream is live is refused: it
+        must not disconnect the real one. The old stream counts as over, and
+        is replaced, once its call has ended or it has expired by the
+        master's own rule (no report for the housekeeping interval)."""
         problem = name_problem("slave name", name, SLAVE_NAME_MAX_LENGTH)
         if problem:
             return grpc.StatusCode.INVALID_ARGUMENT, problem
+        if len(incarnation) > SLAVE_NAME_MAX_LENGTH:
+            return (grpc.StatusCode.INVALID_ARGUMENT,
+                    f"slave incarnation is {len(incarnation)} characters; at most "
+                    f"{SLAVE_NAME_MAX_LENGTH}")
         live = self._streams.get(name)
         if live is None or live.close is not None:
+            return None
+        if incarnation and live.incarnation == incarnation:
             return None
         if live.context is not None and (live.context.done() or live.context.cancelled()):
             return None
@@ -236,11 +256,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
 
     def _open_stream(self, first: ha_pb2.Report, peer: str) -> _Stream:
         name = first.slave
-        session = MasterSession(name, self.config, now=self.clock.monotonic())
+        session = MasterSession(name, self.config, now_s=self.clock.monotonic())
         link = self.links.get(name) or SlaveLinkState(slave=name)
         self.links[name] = link
         link.peer, link.sessions = peer, link.sessions + 1
-        stream = _Stream(session, link, peer)
+        stream = _Stream(session, link, peer, incarnation=first.incarnation)
         old = self._streams.get(name)
         if old is not None:
             old.close_with(grpc.StatusCode.ABORTED, "superseded by a new stream from this slave")
@@ -288,33 +308,37 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         if self._streams.get(name) is stream:
             del self._streams[name]
             _, reason = stream.close or (grpc.StatusCode.CANCELLED, "stream ended")
-            if link.state != "rejected":
-                link.state = "disconnected"
+            if link.state != SlaveLink.REJECTED:
+                link.state = SlaveLink.DISCONNECTED
             link.detail = reason
             log.info("slave %s stream closed: %s", name, reason)
 
     def _on_report(self, stream: _Stream, max_offset: int) -> None:
         now = self.clock.monotonic()
         decision = stream.session.on_report(max_offset, master_wrote=self.log.wrote,
-                                            master_min=self.log.min_offset, now=now)
+                                            master_min=self.log.min_offset, now_s=now)
         link = stream.link
         link.last_report_ms = self.clock.wall_ms()
         if isinstance(decision, Accept):
-            if link.state != "connected" or not link.connected_since_ms:
+            if link.state != SlaveLink.CONNECTED or not link.connected_since_ms:
                 link.connected_since_ms = self.clock.wall_ms()
-            link.state, link.detail = "connected", ""
+            link.state, link.detail = SlaveLink.CONNECTED, ""
             if stream.session.ahead_trusted and decision.acked > self.log.wrote:
                 why = ("--emulate rmq-3349" if RMQ_3349 in self.config.emulate
                        else "slave_ahead_policy=trust")
                 link.detail = (f"slave ahead of the master by {decision.acked - self.log.wrote} "
                                f"bytes, trusted ({why})")
                 log.warning("slave %s: %s", stream.session.slave, link.detail)
-            if RMQ_3349 in self.config.emulate:
+            elif decision.acked > self.log.wrote:  # only under --emulate rmq-3015
+                link.detail = (f"reports {decision.acked}, {decision.acked - self.log.wrote} "
+                               "bytes beyond this master's end: believed (--emulate rmq-3015)")
+                log.warning("slave %s: %s", stream.session.slave, link.detail)
+            if self.config.emulate & {RMQ_3349, RMQ_3015}:
                 self._push2slave_max = max(self._push2slave_max or 0, decision.acked)
             self._acked_advanced()
         elif isinstance(decision, Close):
             if decision.kind == "ahead":
-                link.state = "rejected"
+                link.state = SlaveLink.REJECTED
                 log.warning("rejecting slave %s: %s", stream.session.slave, decision.reason)
                 stream.close_with(grpc.StatusCode.FAILED_PRECONDITION, decision.reason)
             else:
@@ -323,7 +347,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 stream.close_with(grpc.StatusCode.INVALID_ARGUMENT, decision.reason)
             link.detail = decision.reason
         elif isinstance(decision, SendTruncate):
-            link.state, link.detail = "truncating", decision.reason
+            link.state, link.detail = SlaveLink.TRUNCATING, decision.reason
             log.warning("slave %s is ahead: telling it to truncate to %d (%s)",
                         stream.session.slave, decision.offset, decision.reason)
         else:
@@ -365,7 +389,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 stream.truncate_sent = session.truncate_to
                 await context.write(frames.encode_truncate(session.truncate_to,
                                                            stream.link.detail))
-                session.on_sent(now=now)
+                session.on_sent(now_s=now)
             limit = self.log.flushed if ship_flushed else self.log.wrote
             ship = session.next_ship(limit)
             if ship is not None:
@@ -376,14 +400,14 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                                       f"cannot ship from {ship.offset}: {exc} (the slave's "
                                       "log has diverged from this master's)")
                     return
-                session.on_shipped(ship.offset, nxt, now=now)
+                session.on_shipped(ship.offset, nxt, now_s=now)
                 await context.write(frames.encode_range(ship.offset, data, self.log.wrote))
                 self.failpoints.hit("after_ship_before_ack")
                 continue
             if session.established and session.heartbeat_due(now):
                 assert session.shipped is not None
                 await context.write(frames.encode_range(session.shipped, b"", self.log.wrote))
-                session.on_sent(now=now)
+                session.on_sent(now_s=now)
             timeout = session.wake_in(self.clock.monotonic())
             if ship_flushed and self.log.flushed < self.log.wrote:
                 # No hook tells us when the flusher advances `flushed`: while

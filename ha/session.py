@@ -11,7 +11,9 @@ Positions (master side), for an established session:
 `acked` may exceed the master's `wrote` only under slave_ahead_policy=trust
 or --emulate rmq-3349 (RocketMQ believes a first report beyond the master,
 in every classic-HA version: apache/rocketmq#3349; the #3016 check for
-apache/rocketmq#3015 covers later reports only).
+apache/rocketmq#3015 covers later reports only), and may exceed `shipped`
+only under --emulate rmq-3015 (a later report beyond what was shipped is
+believed, as before #3016 and again in 5.x).
 
 Ordering rules:
 - The slave appends a range (verified, all or nothing) BEFORE it reports the
@@ -29,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ha.config import HAConfig, SlaveAheadPolicy
-from store.emulate import RMQ_3349
+from store.emulate import RMQ_3015, RMQ_3349
 
 
 class RemoteProtocolError(Exception):
@@ -40,7 +42,7 @@ class RemoteProtocolError(Exception):
 # ------------------------------------------------------------ master side
 @dataclass(frozen=True)
 class Accept:
-    """The report is the slave's acked offset from now on."""
+    """The report is the slave's acked offset from now_s on."""
 
     acked: int
 
@@ -81,25 +83,25 @@ MasterDecision = Accept | Ignore | Close | SendTruncate
 
 
 class MasterSession:
-    def __init__(self, slave: str, config: HAConfig, *, now: float) -> None:
+    def __init__(self, slave: str, config: HAConfig, *, now_s: float) -> None:
         self.slave = slave
         self.config = config
         self.acked: int | None = None  # None until the first accepted report
         self.shipped: int | None = None
         self.truncate_to: int | None = None  # sent, not yet confirmed
         self.ahead_trusted = False
-        self.last_report = now
-        self.last_sent = now
+        self.last_report = now_s
+        self.last_sent = now_s
 
     @property
     def established(self) -> bool:
         return self.acked is not None and self.truncate_to is None
 
     def on_report(self, max_offset: int, *, master_wrote: int, master_min: int,
-                  now: float) -> MasterDecision:
+                  now_s: float) -> MasterDecision:
         """Decide what a report means. `master_wrote` is the master's max
-        offset now; a first report beyond it is the slave-ahead case."""
-        self.last_report = now
+        offset now_s; a first report beyond it is the slave-ahead case."""
+        self.last_report = now_s
         if max_offset < 0:
             return Close("protocol", f"negative max offset {max_offset} in a report")
         if self.truncate_to is not None:
@@ -117,6 +119,19 @@ class MasterSession:
         if max_offset < self.acked:
             return Close("protocol", f"report went backwards: {max_offset} after {self.acked}")
         if max_offset > self.shipped:
+            if RMQ_3015 in self.config.emulate:
+                # --emulate rmq-3015: RocketMQ's HAConnection.ReadSocketService
+                # takes every report as slaveAckOffset and hands it to
+                # HAService.notifyTransferSome (push2SlaveMaxOffset) unchecked,
+                # so a peer reporting past the master's end makes SYNC_MASTER
+                # puts PUT_OK that no slave holds. Real fix: apache/rocketmq#3016
+                # closes the connection on a non-first report beyond the
+                # master's max offset (4.9.3-4.9.8); absent from 5.x
+                # DefaultHAConnection since the RIP-34 refactor (#3979).
+                # What is shipped does not follow (nextTransferFromWhere is
+                # its own pointer): `shipped` stays.
+                self.acked = max_offset
+                return Accept(max_offset)
             return Close("protocol", f"report {max_offset} beyond what was shipped "
                                      f"({self.shipped})")
         self.acked = max_offset
@@ -172,32 +187,33 @@ class MasterSession:
             return None
         return Ship(self.shipped, min(self.config.batch_bytes, available))
 
-    def on_shipped(self, offset: int, next_offset: int, *, now: float) -> None:
+    def on_shipped(self, offset: int, next_offset: int, *, now_s: float) -> None:
         assert self.shipped == offset and next_offset > offset, (self.shipped, offset,
                                                                   next_offset)
         self.shipped = next_offset
-        self.last_sent = now
-        assert self.acked is not None and self.acked <= self.shipped
+        self.last_sent = now_s
+        assert self.acked is not None
+        assert self.acked <= self.shipped or RMQ_3015 in self.config.emulate
 
-    def on_sent(self, *, now: float) -> None:
+    def on_sent(self, *, now_s: float) -> None:
         """A heartbeat or a Truncate went out."""
-        self.last_sent = now
+        self.last_sent = now_s
 
-    def heartbeat_due(self, now: float) -> bool:
-        return now - self.last_sent >= self.config.heartbeat_interval_ms / 1000
+    def heartbeat_due(self, now_s: float) -> bool:
+        return now_s - self.last_sent >= self.config.heartbeat_interval_ms / 1000
 
-    def expired(self, now: float) -> bool:
+    def expired(self, now_s: float) -> bool:
         """No report for the housekeeping interval: the slave is gone."""
-        return now - self.last_report >= self.config.housekeeping_interval_ms / 1000
+        return now_s - self.last_report >= self.config.housekeeping_interval_ms / 1000
 
-    def expires_in(self, now: float) -> float:
-        """Seconds until expired(now) holds, if no report comes first."""
-        return max(0.0, self.last_report + self.config.housekeeping_interval_ms / 1000 - now)
+    def expires_in(self, now_s: float) -> float:
+        """Seconds until expired(now_s) holds, if no report comes first."""
+        return max(0.0, self.last_report + self.config.housekeeping_interval_ms / 1000 - now_s)
 
-    def wake_in(self, now: float) -> float:
+    def wake_in(self, now_s: float) -> float:
         """Seconds until a heartbeat or the housekeeping check is due."""
-        hb = self.last_sent + self.config.heartbeat_interval_ms / 1000 - now
-        hk = self.last_report + self.config.housekeeping_interval_ms / 1000 - now
+        hb = self.last_sent + self.config.heartbeat_interval_ms / 1000 - now_s
+        hk = self.last_report + self.config.housekeeping_interval_ms / 1000 - now_s
         return max(0.0, min(hb, hk))
 
 
@@ -228,15 +244,15 @@ SlaveDecision = Apply | Heartbeat | Drop | TruncateTo
 
 
 class SlaveSession:
-    def __init__(self, max_offset: int, config: HAConfig, *, now: float) -> None:
+    def __init__(self, max_offset: int, config: HAConfig, *, now_s: float) -> None:
         assert max_offset >= 0
         self.max_offset = max_offset
         self.config = config
-        self.last_contact = now
-        self.last_report = now
+        self.last_contact = now_s
+        self.last_report = now_s
 
-    def on_range(self, offset: int, length: int, *, now: float) -> SlaveDecision:
-        self.last_contact = now
+    def on_range(self, offset: int, length: int, *, now_s: float) -> SlaveDecision:
+        self.last_contact = now_s
         if offset != self.max_offset:
             return Drop(f"master shipped a range at {offset} but this slave's max offset is "
                         f"{self.max_offset}")
@@ -246,8 +262,8 @@ class SlaveSession:
         assert new_max_offset > self.max_offset, (new_max_offset, self.max_offset)
         self.max_offset = new_max_offset
 
-    def on_truncate(self, offset: int, *, now: float) -> SlaveDecision:
-        self.last_contact = now
+    def on_truncate(self, offset: int, *, now_s: float) -> SlaveDecision:
+        self.last_contact = now_s
         if offset < 0 or offset > self.max_offset:
             return Drop(f"master asked to truncate to {offset}, outside [0, {self.max_offset}]")
         return TruncateTo(offset)
@@ -256,10 +272,10 @@ class SlaveSession:
         assert 0 <= offset <= self.max_offset
         self.max_offset = offset
 
-    def reported(self, *, now: float) -> None:
-        self.last_report = now
+    def reported(self, *, now_s: float) -> None:
+        self.last_report = now_s
 
-    def expired(self, now: float) -> bool:
+    def expired(self, now_s: float) -> bool:
         """Nothing from the master (not even a heartbeat) for the housekeeping
         interval: drop the stream and reconnect."""
-        return now - self.last_contact >= self.config.housekeeping_interval_ms / 1000
+        return now_s - self.last_contact >= self.config.housekeeping_interval_ms / 1000

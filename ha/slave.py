@@ -13,14 +13,16 @@ Flushing follows the slave's own flush mode: ASYNC_FLUSH leaves it to the
 store's interval flusher; SYNC_FLUSH keeps one group-commit flush request in
 flight while bytes are unflushed (without making reports wait for it).
 Under the power crash model the slave stops reading ranges while more than
-UNFLUSHED_READ_LIMIT is unflushed, until a flush has caught up.
+UNFLUSHED_READ_LIMIT_BYTES is unflushed, until a flush has caught up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +43,7 @@ from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.slave")
 
-__all__ = ["HA_CHANNEL_OPTIONS", "HASlave", "MasterLinkState", "StreamEnded"]
+__all__ = ["HA_CHANNEL_OPTIONS", "HASlave", "MasterLink", "MasterLinkState", "StreamEnded"]
 
 
 # Under the power crash model the ranges applied but not yet flushed are held
@@ -51,11 +53,20 @@ __all__ = ["HA_CHANNEL_OPTIONS", "HASlave", "MasterLinkState", "StreamEnded"]
 # reused: a catching-up slave that kept reading held up to 400 MiB of fresh
 # memory, each page faulted in once (a sixth of its CPU time).
 # (The store's max_unflushed_bytes applies too when it is smaller.)
-UNFLUSHED_READ_LIMIT = 32 * MIB
+UNFLUSHED_READ_LIMIT_BYTES = 32 * MIB
 
 
 class StreamEnded(Exception):
     """One replication stream is over; the slave reconnects."""
+
+
+class MasterLink(enum.StrEnum):
+    """A slave's link to its master (node status `master_link.state`)."""
+
+    CONNECTING = "connecting"  # opening a stream
+    STREAMING = "streaming"  # ranges arrive
+    BACKOFF = "backoff"  # waiting to reconnect (exponential backoff)
+    STOPPED = "stopped"  # the node is stopping, or the loop failed
 
 
 @dataclass
@@ -63,7 +74,7 @@ class MasterLinkState:
     """What node status shows for a slave's link to its master."""
 
     address: str
-    state: str = "connecting"  # connecting | streaming | backoff | stopped
+    state: MasterLink = MasterLink.CONNECTING
     reported: int = -1
     connects: int = 0
     last_error: str = ""
@@ -74,8 +85,11 @@ class MasterLinkState:
 class HASlave:
     def __init__(self, store: MessageStore, *, name: str, master_address: str, token: str,
                  config: HAConfig, clock: Clock, failpoints: Failpoints,
-                 connector: HAConnector | None = None) -> None:
+                 connector: HAConnector | None = None, incarnation: str | None = None) -> None:
         self.store = store
+        # Names this slave process to the master (ha.proto Report.incarnation):
+        # its own reconnects supersede a stream the master still holds.
+        self.incarnation = incarnation or secrets.token_hex(8)
         self.connector: HAConnector = connector or GrpcConnector()
         self.log = store.log
         self.name = name
@@ -89,7 +103,8 @@ class HASlave:
         self._task: asyncio.Task[None] | None = None
         self._flush_task: asyncio.Task[object] | None = None
         store_limit = store.config.max_unflushed_bytes
-        self._read_limit = min(UNFLUSHED_READ_LIMIT, store_limit or UNFLUSHED_READ_LIMIT)
+        self._read_limit = min(UNFLUSHED_READ_LIMIT_BYTES,
+                               store_limit or UNFLUSHED_READ_LIMIT_BYTES)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-slave")
@@ -100,14 +115,14 @@ class HASlave:
             # A bug: say so, or the slave would silently stop replicating.
             log.error("replication from %s stopped", self.master_address,
                       exc_info=task.exception())
-            self.link.state = "stopped"
+            self.link.state = MasterLink.STOPPED
             self.link.last_error = f"replication loop failed: {task.exception()!r}"
 
     async def stop(self) -> None:
         """End the reconnect loop, whatever it is doing (connecting, streaming,
         backing off, tearing a stream down), and wait until it has ended."""
         self._stopping = True
-        self.link.state = "stopped"
+        self.link.state = MasterLink.STOPPED
         if self._task is not None:
             await _end_task(self._task)
         if self._flush_task is not None:
@@ -137,7 +152,7 @@ class HASlave:
                         await self._stream_once()
 
     def _before_sleep(self, retry_state: object) -> None:
-        self.link.state = "backoff"
+        self.link.state = MasterLink.BACKOFF
 
     async def _stream_once(self) -> None:
         """Run one stream. Returns normally when a stream that had carried
@@ -145,7 +160,7 @@ class HASlave:
         failed before that (the next connect backs off)."""
         if self._stopping:
             return
-        self.link.state = "connecting"
+        self.link.state = MasterLink.CONNECTING
         self.link.connects += 1
         try:
             async with self.connector.open(self.master_address, self.token) as call:
@@ -165,7 +180,7 @@ class HASlave:
     async def _serve(self, call: SlaveCall) -> None:
         loop = asyncio.get_running_loop()
         now = self.clock.monotonic()
-        session = SlaveSession(self.log.wrote, self.config, now=now)
+        session = SlaveSession(self.log.wrote, self.config, now_s=now)
         want_report = asyncio.Event()
         writer = asyncio.create_task(self._report_loop(call, session, want_report))
         housekeeping_s = self.config.housekeeping_interval_ms / 1000
@@ -198,8 +213,8 @@ class HASlave:
                 except frames.FrameError as exc:
                     raise StreamEnded(str(exc)) from None
                 self.link.last_contact_ms = self.clock.wall_ms()
-                if self.link.state != "streaming":
-                    self.link.state = "streaming"
+                if self.link.state != MasterLink.STREAMING:
+                    self.link.state = MasterLink.STREAMING
                 now = self.clock.monotonic()
                 if isinstance(frame, frames.RangeFrame):
                     got_data = True
@@ -229,7 +244,7 @@ class HASlave:
                 call.cancel()
 
     def _on_range(self, session: SlaveSession, rng: frames.RangeFrame, now: float) -> None:
-        decision = session.on_range(rng.offset, len(rng.data), now=now)
+        decision = session.on_range(rng.offset, len(rng.data), now_s=now)
         if isinstance(decision, Drop):
             raise StreamEnded(decision.reason)
         if isinstance(decision, Heartbeat):
@@ -250,7 +265,7 @@ class HASlave:
 
     async def _on_truncate(self, session: SlaveSession, tr: frames.TruncateFrame, now: float
                            ) -> None:
-        decision = session.on_truncate(tr.offset, now=now)
+        decision = session.on_truncate(tr.offset, now_s=now)
         if isinstance(decision, Drop):
             raise StreamEnded(decision.reason)
         assert isinstance(decision, TruncateTo)
@@ -265,6 +280,7 @@ class HASlave:
         self.store.truncate_to(decision.offset)
         session.truncated(decision.offset)
         self.link.truncations += 1
+        self.failpoints.hit("slave_after_truncate_before_report")
 
     def _not_a_boundary(self, offset: int) -> str:
         """Empty when `offset` is a record boundary of this log; otherwise why
@@ -328,8 +344,9 @@ class HASlave:
         self._flush_task = task
 
     async def _report(self, call: SlaveCall, session: SlaveSession) -> None:
-        await call.write(ha_pb2.Report(max_offset=session.max_offset, slave=self.name))
-        session.reported(now=self.clock.monotonic())
+        await call.write(ha_pb2.Report(max_offset=session.max_offset, slave=self.name,
+                                        incarnation=self.incarnation))
+        session.reported(now_s=self.clock.monotonic())
         self.link.reported = session.max_offset
 
     async def _report_loop(self, call: SlaveCall, session: SlaveSession,

@@ -21,6 +21,19 @@ Two twins:
   read fails UNAVAILABLE). No thread, no socket, no wall clock: on a
   VirtualTimeLoop (store/sim_loop.py) a run is reproducible; randomness,
   if any, comes from the `delay` the caller passes (one seeded generator).
+
+The same network carries unary calls (a client's broker calls, a slave's
+copy of its master's consumer offsets): `serve_calls` puts a gRPC servicer
+(cluster/node/server.py's BrokerServicer) at an address and `stub` gives a
+caller an object with the servicer's methods, awaited like a grpc.aio
+stub's (`await stub.Pull(request, timeout=..., metadata=...)`). The
+request and the response are serialized and parsed as on the wire, each
+delivered after `delay`, held while the two addresses are partitioned; the
+token is checked as the node's interceptor does; the call fails as a gRPC
+one does: UNAVAILABLE when nothing serves the address or the server goes
+(`unserve_calls`) before it answers, DEADLINE_EXCEEDED at `timeout`,
+the servicer's abort() code otherwise. The gRPC twin is BrokerStub on a
+grpc.aio channel (`grpc_stub`); both are in ha/transport_calls.py.
 """
 
 from __future__ import annotations
@@ -28,12 +41,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, Protocol
 
 import grpc
 
-from ha.credentials import token_metadata
+from ha.credentials import TOKEN_METADATA_KEY, token_metadata
+from ha.transport_calls import Aborted, MemoryStub, UnaryContext, rpc_error
+from ha.transport_calls import grpc_stub as grpc_stub
 from proto import ha_pb2
 
 EOF = grpc.aio.EOF
@@ -112,6 +128,11 @@ class GrpcConnector:
 
 
 # ------------------------------------------------------------------ memory
+# Deliveries are the network's: they run in no endpoint's context (a
+# simulation that holds a paused node's callbacks holds none of them).
+_WIRE = contextvars.Context()
+
+
 class _Pipe:
     """One direction of a stream: FIFO, each message delivered `delay` after
     it was written but never before the one written before it."""
@@ -128,6 +149,7 @@ class _Pipe:
         self._last_at = 0.0
         self.closed = False  # the writer's side ended: EOF after the inbox
         self.failure: BaseException | None = None  # raised by read() at once
+        self.severed = False  # half_open(): the other end does not hear of it
 
     def send(self, msg: Any) -> None:
         at = max(self._last_at, self._loop.time() + max(0.0, self._net.delay(msg)))
@@ -156,7 +178,7 @@ class _Pipe:
             self._inbox.append(self._in_flight.popleft()[1])
             self._wake()
         if self._in_flight:
-            self._timer = self._loop.call_at(self._in_flight[0][0], self.pump)
+            self._timer = self._loop.call_at(self._in_flight[0][0], self.pump, context=_WIRE)
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -238,6 +260,8 @@ class _MemoryCall:
     def cancel(self) -> bool:
         if self._handler.done():
             return False
+        if self._in.severed:
+            return True  # the connection is gone: the server never hears it
         self._server.was_cancelled = True
         self._handler.cancel()
         return True
@@ -256,6 +280,11 @@ class MemoryNetwork:
         self._servers: dict[str, tuple[Handler, str]] = {}
         self._cut: set[frozenset[str]] = set()
         self._streams: list[tuple[str, str, _Pipe, _Pipe, asyncio.Task[None]]] = []
+        self._servicers: dict[str, tuple[Any, str]] = {}
+        # Unary calls under way, per serving address (their server tasks).
+        self._serving: dict[str, dict[asyncio.Task[Any], None]] = {}
+        # Deliveries held by a partition: (src, dst, callback), in order.
+        self._held: list[tuple[str, str, Callable[[], None]]] = []
 
     def serve(self, address: str, handler: Handler, *, token: str) -> None:
         """`handler` (HAMaster.serve) runs each stream opened to `address`."""
@@ -264,6 +293,21 @@ class MemoryNetwork:
     def unserve(self, address: str) -> None:
         self._servers.pop(address, None)
         self.reset(address)
+
+    def serve_calls(self, address: str, servicer: Any, *, token: str) -> None:
+        """Unary calls to `address` run `servicer`'s methods (module doc)."""
+        self._servicers[address] = (servicer, token)
+
+    def unserve_calls(self, address: str) -> None:
+        """The server at `address` is gone: its calls under way fail
+        UNAVAILABLE, new ones too."""
+        self._servicers.pop(address, None)
+        for task in list(self._serving.pop(address, {})):
+            task.cancel()
+
+    def stub(self, client: str, address: str) -> MemoryStub:
+        """A stub the node (or client) at `client` calls `address` with."""
+        return MemoryStub(self, client, address)
 
     def connector(self, address: str) -> MemoryConnector:
         """The connector a node at `address` opens its streams with."""
@@ -282,6 +326,87 @@ class MemoryNetwork:
         for _c, _s, up, down, _t in self._streams:
             up.pump()
             down.pump()
+        held, self._held = self._held, []
+        for src, dst, deliver in held:
+            self._deliver(src, dst, deliver)
+
+    def _deliver(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
+        """Run `deliver` once a message from src reached dst: after the
+        network's delay, later still if the two are partitioned then."""
+
+        def arrive() -> None:
+            if self.partitioned(src, dst):
+                self._held.append((src, dst, deliver))
+            else:
+                deliver()
+
+        self._loop.call_later(max(0.0, self.delay(None)), arrive, context=_WIRE)
+
+    async def _call(self, client: str, address: str, method: str, request: Any, *,
+                    timeout: float | None, metadata: Any) -> Any:
+        wire = type(request).FromString(request.SerializeToString())
+        answer: asyncio.Future[Any] = self._loop.create_future()
+        token = dict(metadata or ()).get(TOKEN_METADATA_KEY)
+
+        def settle(result: Any = None, error: BaseException | None = None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(result)
+
+        def reply(result: Any = None, error: BaseException | None = None) -> None:
+            self._deliver(address, client, lambda: settle(result, error))
+
+        def arrive() -> None:
+            entry = self._servicers.get(address)
+            if entry is None:
+                reply(error=rpc_error(grpc.StatusCode.UNAVAILABLE,
+                                       f"failed to connect to {address}: nothing serves it"))
+                return
+            servicer, expected = entry
+            if token != expected:
+                reply(error=rpc_error(grpc.StatusCode.UNAUTHENTICATED,
+                                       "missing or wrong cluster token"))
+                return
+            if answer.done():  # past its deadline: the server drops it
+                return
+            self._run_servicer(address, servicer, method, wire, client, reply)
+
+        self._deliver(client, address, arrive)
+        try:
+            async with asyncio.timeout(timeout):
+                return await answer
+        except TimeoutError:
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+
+    def _run_servicer(self, address: str, servicer: Any, method: str, request: Any,
+                      client: str, reply: Callable[..., None]) -> None:
+        async def serve() -> None:
+            try:
+                response = await getattr(servicer, method)(request, UnaryContext(
+                    f"memory:{client}"))
+            except Aborted as exc:
+                reply(error=rpc_error(exc.code, exc.details))
+            except asyncio.CancelledError:
+                reply(error=rpc_error(grpc.StatusCode.UNAVAILABLE,
+                                       f"{address} went away during the call"))
+                raise
+            except Exception as exc:  # an unexpected servicer error, as gRPC reports it
+                reply(error=rpc_error(grpc.StatusCode.UNKNOWN, f"Unexpected {exc!r}"))
+            else:
+                reply(type(response).FromString(response.SerializeToString()))
+
+        task = self._run_call(address, serve())
+        tasks = self._serving.setdefault(address, {})
+        tasks[task] = None
+        task.add_done_callback(lambda t: tasks.pop(t, None))
+
+    def _run_call(self, address: str, coro: Any) -> asyncio.Task[Any]:
+        """Start one call's server side (a simulation runs it as the
+        serving node's, as it does a served stream)."""
+        return self._loop.create_task(coro)
 
     def reset(self, address: str) -> None:
         """End every stream to or from `address` as a connection reset does."""
@@ -292,6 +417,17 @@ class MemoryNetwork:
                     details="connection reset"))
                 up.fail(asyncio.CancelledError())
                 task.cancel()
+
+    def half_open(self, client: str) -> None:
+        """End `client`'s streams on its side only, as a connection the
+        client saw reset while the server's end still looks open does: the
+        server hears nothing more until its own timeout."""
+        for c, _server, _up, down, _task in list(self._streams):
+            if c == client:
+                down.severed = True
+                down.fail(grpc.aio.AioRpcError(
+                    grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                    details="Internal error from Core"))
 
     # ------------------------------------------------------------ streams
     def _open(self, client: str, address: str, token: str) -> _MemoryCall:

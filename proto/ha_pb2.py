@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/ha.proto\x12\x07\x64lab.ha\"+\n\x06Report\x12\x12\n\nmax_offset\x18\x01 \x01(\x03\x12\r\n\x05slave\x18\x02 \x01(\t\";\n\x05Range\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0cmaster_wrote\x18\x03 \x01(\x03\"*\n\x08Truncate\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\rMasterMessage\x12\x1f\n\x05range\x18\x01 \x01(\x0b\x32\x0e.dlab.ha.RangeH\x00\x12%\n\x08truncate\x18\x02 \x01(\x0b\x32\x11.dlab.ha.TruncateH\x00\x42\x06\n\x04kind2>\n\x02HA\x12\x38\n\tReplicate\x12\x0f.dlab.ha.Report\x1a\x16.dlab.ha.MasterMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/ha.proto\x12\x07\x64lab.ha\"@\n\x06Report\x12\x12\n\nmax_offset\x18\x01 \x01(\x03\x12\r\n\x05slave\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\";\n\x05Range\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0cmaster_wrote\x18\x03 \x01(\x03\"*\n\x08Truncate\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\rMasterMessage\x12\x1f\n\x05range\x18\x01 \x01(\x0b\x32\x0e.dlab.ha.RangeH\x00\x12%\n\x08truncate\x18\x02 \x01(\x0b\x32\x11.dlab.ha.TruncateH\x00\x42\x06\n\x04kind2>\n\x02HA\x12\x38\n\tReplicate\x12\x0f.dlab.ha.Report\x1a\x16.dlab.ha.MasterMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,13 +32,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.ha_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REPORT']._serialized_start=27
-  _globals['_REPORT']._serialized_end=70
-  _globals['_RANGE']._serialized_start=72
-  _globals['_RANGE']._serialized_end=131
-  _globals['_TRUNCATE']._serialized_start=133
-  _globals['_TRUNCATE']._serialized_end=175
-  _globals['_MASTERMESSAGE']._serialized_start=177
-  _globals['_MASTERMESSAGE']._serialized_end=272
-  _globals['_HA']._serialized_start=274
-  _globals['_HA']._serialized_end=336
+  _globals['_REPORT']._serialized_end=91
+  _globals['_RANGE']._serialized_start=93
+  _globals['_RANGE']._serialized_end=152
+  _globals['_TRUNCATE']._serialized_start=154
+  _globals['_TRUNCATE']._serialized_end=196
+  _globals['_MASTERMESSAGE']._serialized_start=198
+  _globals['_MASTERMESSAGE']._serialized_end=293
+  _globals['_HA']._serialized_start=295
+  _globals['_HA']._serialized_end=357
 # @@protoc_insertion_point(module_scope)

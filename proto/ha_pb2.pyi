@@ -6,12 +6,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Report(_message.Message):
-    __slots__ = ("max_offset", "slave")
+    __slots__ = ("max_offset", "slave", "incarnation")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SLAVE_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     slave: str
-    def __init__(self, max_offset: _Optional[int] = ..., slave: _Optional[str] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, max_offset: _Optional[int] = ..., slave: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class Range(_message.Message):
     __slots__ = ("offset", "data", "master_wrote")

@@ -6,7 +6,15 @@ a table, then one JSON object as its last line (`ratio` is the figure).
   flushed by the flusher as in production, plus the final flush) over raw
   sequential write + fsync of the same bytes.
 - group-commit: puts/s of 64 concurrent producers under SYNC_FLUSH over puts/s
-  of one fsync per put (write one encoded record, fsync, repeat).
+  of one fsync per put (write one encoded record, fsync, repeat). The puts
+  take the path a node's puts take (store/put_path.py: coalesced per loop
+  tick, one append per batch, group commit, answered per submitter); the
+  node adds its role check before it and, on a SYNC_MASTER, the replica
+  wait (`dlab bench sync-master`).
+- durable-mark: flushes/s of one-record flushes (write, fdatasync) followed
+  by the durable mark's pwrite (store/durable_mark.py) over the same
+  flushes without it, alternating rounds (1.0: the mark is free), and the
+  mark's own cost per flush.
 - recovery: abnormal recovery of a store of N bytes (no checkpoint, so every
   record is verified: size, magic, layout, position, body CRC) over reading
   the same bytes sequentially and computing CRC-32 over all of them; the
@@ -32,6 +40,8 @@ from typing import Any
 from store import native as native_codec
 from store.cli_args import parse_size, positive_float, positive_int, writable_dir
 from store.config import GIB, MIB, NODE_SWITCH_INTERVAL_S, CrashModel, FlushMode, StoreConfig
+from store.disk import RealDisk
+from store.durable_mark import DurableMark
 from store.record import Message, encode
 from store.status import PutStatus
 from store.store import MessageStore
@@ -158,7 +168,7 @@ def bench_group_commit(producers: int, seconds: float, body_size: int, workdir: 
     path = os.path.join(workdir, "gc")
     cfg = StoreConfig(segment_size_bytes=256 * MIB, flush_mode=FlushMode.SYNC_FLUSH)
 
-    async def run(n_producers: int) -> tuple[int, float, int]:
+    async def run(n_producers: int) -> tuple[int, float, int, int]:
         store = MessageStore.open(path, cfg)
         await store.start()
         body = os.urandom(body_size)
@@ -178,13 +188,13 @@ def bench_group_commit(producers: int, seconds: float, body_size: int, workdir: 
         await asyncio.gather(*(producer(p) for p in range(n_producers)))
         dt = time.perf_counter() - t0
         fsyncs = store.log.fsyncs
+        batches = store.puts.batches
         await store.close()
         shutil.rmtree(path)
-        return count, dt, fsyncs
+        return count, dt, fsyncs, batches
 
     with _as_in_a_node():
-        n, dt, fsyncs = run_result = asyncio.run(run(producers))
-    del run_result
+        n, dt, fsyncs, batches = asyncio.run(run(producers))
     # Baseline: one fsync per put, the same encoded record bytes.
     record = encode(Message("bench", os.urandom(body_size), {"UNIQ_KEY": "p0-000000"}),
                     offset=0, queue_offset=0, store_timestamp_ms=0)
@@ -201,14 +211,71 @@ def bench_group_commit(producers: int, seconds: float, body_size: int, workdir: 
     os.close(fd)
     os.unlink(raw_path)
     with _as_in_a_node():
-        single_n, single_dt, _ = asyncio.run(run(1))
+        single_n, single_dt, _, _ = asyncio.run(run(1))
     puts = n / dt
     base = base_n / base_dt
     return {
         "bench": "group-commit", "producers": producers, "puts": n,
         "puts_per_s": round(puts), "fsyncs": fsyncs, "puts_per_fsync": round(n / max(1, fsyncs), 1),
+        "puts_per_batch": round(n / max(1, batches), 1),
         "one_fsync_per_put_per_s": round(base), "store_one_producer_puts_per_s":
         round(single_n / single_dt), "ratio": round(puts / base, 2), "goal": ">= 20",
+    }
+
+
+# ----------------------------------------------------------- durable mark
+def bench_durable_mark(flushes: int, rounds: int, workdir: str) -> dict[str, Any]:
+    """The mark's worst case: a flush of one record (SYNC_FLUSH with one
+    producer) is a write and an fdatasync; the mark adds one 8-byte pwrite.
+    Rounds alternate with and without it (the order swapping every round)
+    over one segment file, so the machine's drift hits both sides alike."""
+    disk = RealDisk()
+    seg = disk.open(os.path.join(workdir, "segment"), create=True)
+    record = encode(Message("bench", os.urandom(1024), {"UNIQ_KEY": "p0-000000"}),
+                    offset=0, queue_offset=0, store_timestamp_ms=0)
+    size = 2 * rounds * flushes * len(record) + MIB
+    seg.allocate(size)
+    # Zeros written and synced ahead, as the SYNC_FLUSH path keeps them
+    # (CommitLog._zero_ahead): the loop's fsyncs then commit no extent
+    # conversion, as in the store.
+    seg.pwrite(bytes(size), 0)
+    seg.fsync()
+    mark = DurableMark.open(disk, workdir, 0)
+    pos = 0
+
+    def one_round(with_mark: bool) -> float:
+        nonlocal pos
+        t0 = time.perf_counter()
+        for _ in range(flushes):
+            seg.pwrite(record, pos)
+            pos += len(record)
+            seg.fdatasync()
+            if with_mark:
+                mark.commitlog_synced(pos)
+        return flushes / (time.perf_counter() - t0)
+
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for r in range(rounds):
+            for with_mark in ((True, False) if r % 2 else (False, True)):
+                rates[with_mark].append(one_round(with_mark))
+        t0 = time.perf_counter()
+        for i in range(20_000):
+            mark.commitlog_synced(i)
+        mark_us = (time.perf_counter() - t0) / 20_000 * 1e6
+    finally:
+        seg.close()
+        mark.close()
+    marked, without = statistics.median(rates[True]), statistics.median(rates[False])
+    return {
+        "bench": "durable-mark", "flushes_per_round": flushes, "rounds": rounds,
+        "with_mark_flushes_per_s": round(marked),
+        "without_mark_flushes_per_s": round(without),
+        "rounds_with": [round(x) for x in rates[True]],
+        "rounds_without": [round(x) for x in rates[False]],
+        "mark_write_us": round(mark_us, 2),
+        "mark_share_of_a_flush": round(mark_us / 1e6 * without, 4),
+        "ratio": round(marked / without, 3), "goal": ">= 0.95",
     }
 
 
@@ -344,6 +411,20 @@ def register(sub: Any, bench_sub: Any) -> None:
     p.set_defaults(handler=lambda a: _run(
         lambda w: bench_group_commit(a.producers, a.seconds, a.body_size, w),
         "group commit", a))
+
+    p = bench_sub.add_parser(
+        "durable-mark", parents=[common],
+        help="one-record flushes/s with the durable mark's write vs without",
+        description="Writes one 1 KiB record and fdatasyncs it, --flushes times a round, "
+        "with the durable mark's 8-byte pwrite after each fsync (the power crash model's "
+        "record of completed fsyncs) and without, in alternating rounds; the figure is the "
+        "ratio of the medians. Goal: ratio >= 0.95.")
+    p.add_argument("--flushes", type=positive_int, default=300,
+                   help="flushes per round (default 300)")
+    p.add_argument("--rounds", type=positive_int, default=10,
+                   help="rounds per side, alternating (default 10)")
+    p.set_defaults(handler=lambda a: _run(
+        lambda w: bench_durable_mark(a.flushes, a.rounds, w), "durable mark", a))
 
     p = bench_sub.add_parser(
         "recovery", parents=[common],

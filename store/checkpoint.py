@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from store.disk import Disk, RealDisk
+from store.durable_mark import DurableMark
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
@@ -76,7 +77,10 @@ class CheckpointFile:
       are re-dispatched.
     Writes are cheap pwrites of the whole 24 bytes under a lock (the two
     writers run on different threads); `sync` makes them durable (on the
-    thorough interval and at shutdown)."""
+    thorough interval and at shutdown). Under the power crash model each
+    completed fsync is recorded in the durable mark (store/durable_mark.py)
+    with the bytes it covered, so a harness's power cut can bring back
+    exactly those."""
 
     def __init__(self, disk: Disk, path: str) -> None:
         self.path = path
@@ -88,9 +92,13 @@ class CheckpointFile:
         self.last_ms = 0
         self.logics_ms = 0
         self._lock = threading.Lock()
+        self.mark: DurableMark | None = None
+
+    def _packed(self) -> bytes:
+        return _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms)
 
     def _write(self) -> None:
-        self.file.pwrite(_LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms), 0)
+        self.file.pwrite(self._packed(), 0)
 
     def update(self, timestamp_ms: int) -> None:
         """The CommitLog was flushed up to a record stored at `timestamp_ms`."""
@@ -117,9 +125,18 @@ class CheckpointFile:
             self.logics_ms = min(self.logics_ms, timestamp_ms)
             self._write()
             self.file.fsync()
+            if self.mark is not None:
+                self.mark.checkpoint_synced(self._packed())
 
     def sync(self) -> None:
+        # What this fsync covers at least: the bytes written before it
+        # starts (a later update may be covered too; restoring the older
+        # value is what a power cut before that write-back leaves).
+        with self._lock:
+            covered = self._packed()
         self.file.fsync()
+        if self.mark is not None:
+            self.mark.checkpoint_synced(covered)
 
     def close(self) -> None:
         self.file.close()

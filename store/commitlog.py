@@ -12,7 +12,13 @@ once (in_file == wrote) and flush only fsyncs.
 Ordering rules:
 - flush() makes bytes durable BEFORE it advances `flushed` and BEFORE it
   writes the checkpoint; the checkpoint therefore never names a record that
-  is not on disk.
+  is not on disk. Under POWER it records each completed fsync's end in the
+  durable mark (store/durable_mark.py) AFTER the fsync and BEFORE advancing
+  `flushed`, so a harness can cut a SIGKILLed store to exactly what a power
+  cut leaves (a flush killed between its write and its fsync loses its
+  bytes). Only the planted fault `planted-ack-before-fsync` breaks the
+  first rule (store/emulate.py): it advances `flushed` before the fsync,
+  and the mark still follows the fsyncs.
 - truncate_to() makes the cut durable (header zeroed, fsync; tail cleared,
   fsync; later segments unlinked, dir fsync) BEFORE any new byte may be
   appended, so a crash can never bring a truncated tail back.
@@ -38,7 +44,6 @@ import bisect
 import contextlib
 import errno
 import logging
-import mmap
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,9 +53,12 @@ from store.checkpoint import CheckpointFile
 from store.clock import Clock
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
 from store.disk import Disk
-from store.emulate import RMQ_2706
+from store.durable_mark import DurableMark
+from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_2706, RMQ_10666
 from store.failpoints import DISARMED, Failpoints
+from store.log_cuts import cut_on_disk, unlink_after
 from store.names import queue_id_problem, topic_problem
+from store.placement import end_limit, place
 from store.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -65,7 +73,6 @@ from store.record import (
     peek,
     verify,
 )
-from store.recovery import RecoveryPlan
 from store.segments import Segment, segment_name
 from store.status import PutResult, PutStatus
 from store.writebuffers import WriteBuffers
@@ -143,6 +150,7 @@ class CommitLog:
         failpoints: Failpoints = DISARMED,
         *,
         disk: Disk,
+        mark: DurableMark | None = None,
     ) -> None:
         self.directory = directory
         self.disk = disk
@@ -158,6 +166,14 @@ class CommitLog:
         self.in_file = end
         self._power = config.crash_model == CrashModel.POWER
         self._sync_flush = config.flush_mode == FlushMode.SYNC_FLUSH
+        # Where completed fsyncs are recorded (POWER; None: nowhere).
+        self.mark = mark
+        # The planted fault (store/emulate.py): flushes written but not yet
+        # fsynced, with the end and timestamp their fsync will make durable.
+        self._ack_before_fsync = PLANTED_ACK_BEFORE_FSYNC in config.emulate
+        self._unsynced: dict[int, Segment] = {}
+        self._unsynced_end = end
+        self._unsynced_ts = last_store_timestamp_ms
         # Pending chunks not yet in the file (POWER) or not yet fsynced (PROCESS):
         # parallel lists from index _head on; _p_end is the logical end (a blank
         # covers the rest of its segment).
@@ -283,6 +299,8 @@ class CommitLog:
         (appended, not yet durable), MESSAGE_ILLEGAL (not written), or
         SERVICE_NOT_AVAILABLE once the log has failed.
 
+        Where each record goes (segment roll, blank, QUEUEOFFSET) follows
+        store/placement.py, in the native encoder and the loop below alike.
         Records are encoded into the reused write buffers (store/
         writebuffers.py) and queued as one chunk per buffer and segment
         touched; under PROCESS each chunk is written through at once and the
@@ -326,11 +344,12 @@ class CommitLog:
                 while i < n_msgs:
                     if native is not None and host_field is not None:
                         # The common case in one native call; it stops where
-                        # this loop must decide (a roll, an unusual message, a
-                        # full buffer).
+                        # this loop must decide (a record past the placement
+                        # limit: a roll; an unusual message; a full buffer).
                         nbytes, count, full = native(
-                            bufs.current, bufs.used, messages, i, pos, seg.end, qo, now,
-                            host_field, limit, results, PutResult, PutStatus.PUT_OK)
+                            bufs.current, bufs.used, messages, i, pos, end_limit(seg.end),
+                            qo, now, host_field, limit, results, PutResult,
+                            PutStatus.PUT_OK)
                         if count:
                             bufs.used += nbytes
                             pos += nbytes
@@ -363,12 +382,13 @@ class CommitLog:
                         results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
                                                  detail=str(exc)))
                         continue
-                    if pos + len(data) + BLANK_SIZE > seg.end:
+                    at, blank = place(pos, len(data), self.seg_size)
+                    if blank:
                         # Does not fit: close the segment with a blank, roll.
                         close_piece()
                         self._last_ts = now
-                        self._push(seg, pos, encode_blank(seg.end - pos), seg.end)
-                        pos = seg.end
+                        self._push(seg, pos, encode_blank(blank), at)
+                        pos = at
                         seg = self._segment_at_wrote()
                         piece_pos = pos
                         data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
@@ -497,11 +517,13 @@ class CommitLog:
                 first = self._head
                 target = self.wrote
                 last_ts = self._last_ts
-                if first == n:
-                    return self.flushed
                 starts = self._p_start[first:n]
                 ends = self._p_end[first:n]
                 datas = self._p_data[first:n]
+            if self._unsynced:
+                self._sync_planted_lag()
+            if first == n:
+                return self.flushed
             self.failpoints.hit("flush_before_write")
             try:
                 touched: dict[int, Segment] = {}
@@ -523,8 +545,18 @@ class CommitLog:
                 try:
                     self.failpoints.hit("flush_fsync", on_eio=lambda: self._lose_unsynced(
                         starts[0], ends[-1]))
-                    for seg in touched.values():
-                        seg.sync()
+                    if self._ack_before_fsync:
+                        # PLANTED FAULT (--emulate planted-ack-before-fsync),
+                        # not RocketMQ's: the fsync is left to the next flush
+                        # and `flushed` advances below, so SYNC_FLUSH acks
+                        # bytes that are only in the page cache.
+                        self._unsynced.update(touched)
+                        self._unsynced_end, self._unsynced_ts = target, last_ts
+                    else:
+                        for seg in touched.values():
+                            seg.sync()
+                        if self.mark is not None:
+                            self.mark.commitlog_synced(target)
                 except OSError as exc:
                     if RMQ_2706 not in self.config.emulate:
                         raise
@@ -537,7 +569,8 @@ class CommitLog:
                     # `raise` above: the log fails (`failed`), `flushed` stays.
                     _log.error("Error occurred when force data to disk (emulating "
                                "rmq-2706: counted as flushed anyway): %s", exc)
-                self.fsyncs += 1
+                if not self._unsynced:
+                    self.fsyncs += 1
                 if self.config.drop_flushed_pages:
                     cold = min(target, self.cold_below())
                     self._drop_pages(cold - cold % DROP_PAGES_STEP)
@@ -562,9 +595,30 @@ class CommitLog:
                 self._check()
             # A failed checkpoint write is harmless: a stale checkpoint only
             # widens the next recovery scan.
-            with contextlib.suppress(OSError):
-                self.checkpoint.update(last_ts)
+            if not self._ack_before_fsync:
+                with contextlib.suppress(OSError):
+                    self.checkpoint.update(last_ts)
             return target
+
+    def _sync_planted_lag(self) -> None:
+        """The planted fault's late fsync (flush lock held): what earlier
+        flushes wrote and counted flushed is made durable now, and only now
+        recorded in the mark and the checkpoint (which keep naming fsynced
+        bytes only, so the fault is the early ack alone). An fsync error
+        fails the log as in flush()."""
+        try:
+            for seg in self._unsynced.values():
+                seg.sync()
+        except OSError as exc:
+            with self._lock:
+                self._fail(exc, "flush")
+            raise StoreFailedError(self.failed or "") from exc
+        self._unsynced.clear()
+        self.fsyncs += 1
+        if self.mark is not None:
+            self.mark.commitlog_synced(self._unsynced_end)
+        with contextlib.suppress(OSError):
+            self.checkpoint.update(self._unsynced_ts)
 
     def _lose_unsynced(self, start: int, end: int) -> None:
         """The `eio` fault's model of a failed writeback (called under the
@@ -741,12 +795,31 @@ class CommitLog:
             # (store/recovery.py): lower it first (0: the next flush sets it).
             self.checkpoint.lower(0)
             self._buffers.reset()  # every queued chunk is in the file or dropped
-            cut_on_disk(self.directory, self.segments, offset, self.seg_size,
-                        after_header=lambda: self.failpoints.hit("recovery_truncate"))
+            if RMQ_10666 not in self.config.emulate:
+                cut_on_disk(self.directory, self.segments, offset, self.seg_size,
+                            after_header=lambda: self.failpoints.hit("recovery_truncate"))
+            else:
+                # --emulate rmq-10666: RocketMQ's MappedFileQueue.truncateDirtyFiles
+                # (behind AutoSwitchHAClient.doTruncate -> truncateFiles) only
+                # sets the wrote/committed/flushed positions of the file
+                # holding the cut and destroys later files: the holder's
+                # bytes after the cut stay on disk, records with valid CRCs
+                # that a restart's recovery takes back. Real fix: none merged
+                # as of the corpus; apache/rocketmq#10816 (open) persists an
+                # invalid header at the cut before truncating, which is what
+                # cut_on_disk does.
+                unlink_after(self.directory, self.segments, offset, self.seg_size)
             seg_start = offset - offset % self.seg_size
             self.segments = [s for s in self.segments if s.start <= seg_start]
             self._starts = [s.start for s in self.segments]
             self.wrote = self.flushed = self.in_file = offset
+            if self.mark is not None and RMQ_10666 not in self.config.emulate:
+                # Everything below the cut is synced, and the cut is durable.
+                # Under --emulate rmq-10666 the bytes past the cut stay on
+                # disk, durable from their earlier fsyncs: the mark stays
+                # where it was, so a power cut (store/durable_mark.py) keeps
+                # them as a real one would.
+                self.mark.commitlog_synced(offset)
             self._dropped_to = min(self._dropped_to, offset)
             self._queue_offsets.clear()
             self.cannot_grow = None  # `wrote` moved: the next append finds out afresh
@@ -755,6 +828,9 @@ class CommitLog:
     def flush_unlocked_for_truncate(self) -> None:
         """Write and sync the pending chunks that survive a truncation, so
         the cut leaves nothing in memory (callers hold both locks)."""
+        for seg in self._unsynced.values():
+            seg.sync()
+        self._unsynced.clear()
         for s, data in zip(self._p_start[self._head:], self._p_data[self._head:], strict=True):
             seg = self._segment_for(s)
             if self._power:
@@ -763,71 +839,11 @@ class CommitLog:
         self._head = len(self._p_start)
 
     def close(self) -> None:
+        if self._unsynced:  # the planted fault's last flush: a clean close syncs it
+            with contextlib.suppress(StoreFailedError), self._flush_lock:
+                self._sync_planted_lag()
         for seg in self.segments:
             seg.close()
         self.checkpoint.close()
-
-
-def cut_on_disk(
-    directory: str,
-    segments: list[Segment],
-    offset: int,
-    seg_size: int,
-    after_header: Callable[[], None] = lambda: None,
-) -> None:
-    """Crash-safe truncation of the files at `offset`:
-    1. zero the 8-byte header at the cut and fsync — from here on a scan stops
-       at the cut whatever else survives a crash;
-    2. clear the rest of that segment (truncate the file to the cut and extend
-       it again, which reads back as zeros) and fsync;
-    3. unlink later segments, newest first, and fsync the directory.
-    Segments starting exactly at the cut are removed whole (except the first)."""
-    seg_start = offset - offset % seg_size
-    holder = next((s for s in segments if s.start == seg_start), None)
-    later = sorted((s for s in segments if s.start > seg_start), key=lambda s: -s.start)
-    if holder is not None and offset - seg_start + BLANK_SIZE <= seg_size:
-        pos = offset - seg_start
-        holder.pwrite(pos, bytes(BLANK_SIZE))
-        holder.sync()
-        after_header()
-        holder.file.truncate(pos)
-        holder.file.truncate(seg_size)
-        holder.file.fsync()
-    elif later:
-        first_later = later[-1]
-        first_later.pwrite(0, bytes(BLANK_SIZE))
-        first_later.sync()
-        after_header()
-    for seg in later:
-        seg.close()
-        seg.disk.unlink(seg.path)
-    if later:
-        later[0].disk.fsync_dir(directory)
-
-
-def open_segments(disk: Disk, directory: str, starts: list[int], seg_size: int
-                  ) -> list[Segment]:
-    return [Segment.open(disk, directory, s, seg_size) for s in starts]
-
-
-def map_segment(seg: Segment) -> mmap.mmap:
-    return seg.file.map()
-
-
-def apply_plan(
-    plan: RecoveryPlan,
-    directory: str,
-    segments: list[Segment],
-    seg_size: int,
-    failpoints: Failpoints = DISARMED,
-) -> list[Segment]:
-    """Make the recovery decision true on disk (crash-safely); returns the
-    segments that remain."""
-    if (plan.first_bad_offset is not None or plan.segments_to_drop or plan.abnormal
-            or plan.stale_tail):
-        after = (lambda: failpoints.hit("recovery_truncate")) if (
-            plan.first_bad_offset is not None or plan.segments_to_drop) else (lambda: None)
-        cut_on_disk(directory, segments, plan.max_valid_offset, seg_size, after_header=after)
-        seg_start = plan.max_valid_offset - plan.max_valid_offset % seg_size
-        return [s for s in segments if s.start <= seg_start]
-    return segments
+        if self.mark is not None:
+            self.mark.close()

@@ -11,7 +11,7 @@ KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
-# The GIL switch interval a node process runs with (cluster/cli/commands.py).
+# The GIL switch interval a node process runs with (cluster/cli/node_command.py).
 # The store's flush threads give the GIL up for every write and fsync; with
 # the default 5 ms each return waits out the event loop's slice, and an
 # ASYNC_FLUSH flusher fell so far behind a busy loop that a few flushes a

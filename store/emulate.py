@@ -9,8 +9,21 @@ the fixed code.
 
 The switch points say in a comment what the real fix was:
 - rmq-2706  store/commitlog.py CommitLog.flush
-- rmq-8239  store/store.py MessageStore.confirmed_offset
+- rmq-8239  store/consume_side.py MessageStore.confirmed_offset
 - rmq-3349  ha/session.py MasterSession._first_report, ha/master.py best_acked
+- rmq-3015  ha/session.py MasterSession.on_report, ha/master.py best_acked
+- rmq-10666 store/commitlog.py CommitLog.truncate_to
+- rmq-405   store/store.py _reput_floor and MessageStore._drain_dispatch
+
+Planted faults are switches of the same kind that re-introduce no
+RocketMQ bug: defects written on purpose to show that the lab catches a
+class of bug (ids start with `planted-`; `dlab chaos bugs` lists only the
+RocketMQ corpus). They are accepted wherever `--emulate` is, so both
+backends take them the same way:
+- planted-ack-before-fsync  store/commitlog.py CommitLog.flush: a flush
+  counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
+  before the fsync, which runs at the next flush. The `power` crash model
+  must catch it on every backend (issue 17).
 
 This module is the one list of ids the lower layers (store, ha) accept;
 it holds no behaviour.
@@ -23,14 +36,31 @@ from collections.abc import Iterable
 RMQ_2706 = "rmq-2706"
 RMQ_8239 = "rmq-8239"
 RMQ_3349 = "rmq-3349"
+RMQ_3015 = "rmq-3015"
+RMQ_10666 = "rmq-10666"
+RMQ_405 = "rmq-405"
+PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 
 # id -> what the switch re-introduces (one line; chaos/bugs.py has the rest).
-SWITCHES: dict[str, str] = {
+RMQ_BUGS: dict[str, str] = {
     RMQ_2706: "the flushed position advances even when the flush's fsync fails",
     RMQ_8239: "under SYNC_FLUSH consumers read messages that are not flushed yet",
     RMQ_3349: "a slave's first report beyond the master is believed and counts for "
               "SYNC_MASTER acks",
+    RMQ_3015: "an HA peer's report beyond what the master shipped is believed and counts "
+              "for SYNC_MASTER acks",
+    RMQ_10666: "a slave's truncation resets only in-memory positions; the cut tail stays "
+               "valid on disk and comes back after a restart",
+    RMQ_405: "a normal (clean) open re-dispatches nothing, and a clean stop waits at most "
+             "5 s for dispatch: records left without consume-queue units stay so",
 }
+# Planted faults (not RocketMQ's; see the module docstring).
+PLANTED: dict[str, str] = {
+    PLANTED_ACK_BEFORE_FSYNC: "planted fault, not a RocketMQ bug: a flush counts its bytes "
+                              "flushed (SYNC_FLUSH acks them) before their fsync",
+}
+# Every id --emulate accepts.
+SWITCHES: dict[str, str] = {**RMQ_BUGS, **PLANTED}
 
 
 class EmulateError(ValueError):
@@ -45,6 +75,7 @@ def parse(values: Iterable[str]) -> frozenset[str]:
         for item in filter(None, (p.strip() for p in value.split(","))):
             if item not in SWITCHES:
                 raise EmulateError(f"unknown bug {item!r} for --emulate; known: "
-                                   f"{', '.join(sorted(SWITCHES))} (see `dlab chaos bugs`)")
+                                   f"{', '.join(sorted(SWITCHES))} (see `dlab chaos bugs`; "
+                                   "planted-* are faults planted on purpose)")
             out.add(item)
     return frozenset(out)

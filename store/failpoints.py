@@ -24,6 +24,8 @@ KNOWN = {
     "after_append_before_flush": "master/any: a put appended, before its flush",
     "after_ship_before_ack": "master: a range sent to a slave, before the slave's ack",
     "slave_after_append_before_report": "slave: shipped bytes appended, before the report",
+    "slave_after_truncate_before_report": "slave: its log truncated as the master asked, "
+                                          "before it reports the cut offset",
     "segment_roll": "any: a new segment created, before a record goes into it",
     "recovery_truncate": "any: recovery zeroed the header at the cut, before clearing the tail",
     "recovery_repair": "any: recovery wrote a repaired range but its first header, before "
@@ -35,6 +37,9 @@ KNOWN = {
     "before_flush_sync": "any: a flush wrote its bytes, before the fsync (delay: a slow disk)",
     "flush_before_write": "any: a flush took what it will write (still in memory under the "
                           "power model), before writing it (delay: a stalled flusher)",
+    "reput_before_dispatch": "any: the consume-side service's dispatch pass found records, "
+                             "before dispatching them (delay: a stalled reput service; "
+                             "reads serve what was dispatched meanwhile)",
     "flush_fsync": "any: a flush's fsync (eio: it fails with EIO and what it was to make "
                    "durable is discarded, as Linux drops dirty pages after a failed writeback)",
 }

@@ -16,8 +16,13 @@ Two implementations:
   "group-commit" thread per worker; results come back with
   call_soon_threadsafe. The fsync then overlaps the loop's work.
 - InlineFlushExecutor (tests, the simulation): everything on the loop, in
-  call_soon order. No thread: a run is deterministic, and on a
-  VirtualTimeLoop a flush takes no virtual time.
+  call_soon order. No thread: a run is deterministic. On a VirtualTimeLoop a
+  flush takes no virtual time, unless the executor is given an fsync
+  latency: then a group-commit flush runs that long after its kick, and
+  meanwhile the loop goes on (appends, the HA master shipping what it
+  wrote), as it does beside a flusher thread whose fsync is in progress. A
+  flush covers what was appended up to its end (a thread's covers what was
+  there when its write began: slightly more coalescing than real).
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ class FlushWorker(Protocol):
 
 
 class FlushExecutor(Protocol):
+    # True when a group-commit flush takes loop time the executor models
+    # (InlineFlushExecutor with an fsync latency): the store then always
+    # flushes on the worker, where that time passes, never inline.
+    timed_flushes: bool
+
     def run(self, fn: Callable[[], T]) -> asyncio.Future[T]: ...
 
     def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
@@ -101,6 +111,8 @@ class _ThreadWorker:
 class ThreadFlushExecutor:
     """Today's threads: one "flusher" for run(), one per group-commit worker."""
 
+    timed_flushes = False
+
     def __init__(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flusher")
 
@@ -119,16 +131,21 @@ class ThreadFlushExecutor:
 
 # ------------------------------------------------------------- simulation
 class _InlineWorker:
-    def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool],
+                 latency_s: Callable[[], float] | None = None) -> None:
         self._loop = loop
         self._job = job
+        self._latency_s = latency_s
         self._pending = False
         self._stopped = False
 
     def kick(self) -> None:
         if not self._pending and not self._stopped:
             self._pending = True
-            self._loop.call_soon(self._run)
+            if self._latency_s is None:
+                self._loop.call_soon(self._run)
+            else:
+                self._loop.call_later(self._latency_s(), self._run)
 
     def kicked(self) -> bool:
         return self._pending
@@ -149,13 +166,19 @@ class _InlineWorker:
 
 
 class InlineFlushExecutor:
-    """Everything on the loop, in call_soon order: deterministic, no thread."""
+    """Everything on the loop, in call_soon order: deterministic, no thread.
+    `fsync_latency_s`, when given, draws how long each group-commit flush
+    takes (virtual seconds; see the module docstring)."""
+
+    def __init__(self, fsync_latency_s: Callable[[], float] | None = None) -> None:
+        self._latency_s = fsync_latency_s
+        self.timed_flushes = fsync_latency_s is not None
 
     def run(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return _done_future(fn)
 
     def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
-        return _InlineWorker(loop, job)
+        return _InlineWorker(loop, job, self._latency_s)
 
     def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return _done_future(fn)

@@ -45,7 +45,13 @@ from store.consumequeue import DIR_NAME as CQ_DIR
 from store.consumequeue import UNIT, UNIT_SIZE
 from store.lock import lock_holder
 from store.record import MESSAGE_MAGIC, CorruptRecordError, Record, decode, peek
-from store.recovery import DamageKind, first_record_timestamp, plan_recovery, scan_segment
+from store.recovery import (
+    DamageKind,
+    ScanStop,
+    first_record_timestamp,
+    plan_recovery,
+    scan_segment,
+)
 from store.segments import NAME_DIGITS, SegmentListing, list_segments, segment_name
 
 Buffer = bytes | memoryview
@@ -63,9 +69,8 @@ class InspectError(ValueError):
 class SegmentReport:
     """One segment file as the full scan found it.
 
-    stop: "blank" (the segment's closing blank), "end" (zeros: no more data),
-    "damage" (a bad record at `bad_offset`), "unreadable" (the file could not
-    be read). `end` is just past the last good record (the segment's end after
+    stop: why the scan stopped (store/recovery.py ScanStop; a DAMAGE record
+    is at `bad_offset`). `end` is just past the last good record (the segment's end after
     a blank). `in_log` is False for a segment past the end of the contiguous
     log: recovery would remove it, and its records do not count."""
 
@@ -73,7 +78,7 @@ class SegmentReport:
     start: int
     file_size: int
     records: int
-    stop: str
+    stop: ScanStop
     end: int
     in_log: bool
     last_store_timestamp_ms: int | None = None
@@ -289,21 +294,21 @@ def inspect_log(
             buf = memoryview(read(start))[:nominal]
         except OSError as exc:
             seg_problems.append(f"commitlog/{name}: unreadable ({exc.strerror or exc})")
-            seg = SegmentReport(name, start, file_size, 0, "unreadable", start, in_log,
+            seg = SegmentReport(name, start, file_size, 0, ScanStop.UNREADABLE, start, in_log,
                                 bad_offset=start, reason="unreadable",
                                 detail=str(exc.strerror or exc), problems=seg_problems)
         else:
             scan = scan_segment(buf, start, start, seg_size=nominal)
-            trailing = scan.stop == "end" and not zero_from(start, scan.end - start)
-            if (scan.stop == "end" and file_size < nominal and scan.end - start >= file_size
+            trailing = scan.stop == ScanStop.END and not zero_from(start, scan.end - start)
+            if (scan.stop == ScanStop.END and file_size < nominal and scan.end - start >= file_size
                     and i < len(listing.starts) - 1):
                 # A middle segment cut short: its data runs off the end of the
                 # file. (A short last segment's missing end is never-written
                 # space, as the store treats it.)
-                scan = replace(scan, stop="damage", reason="truncated",
+                scan = replace(scan, stop=ScanStop.DAMAGE, reason="truncated",
                                detail=f"file ends at byte {file_size} of {nominal}")
-            bad_at = scan.end if scan.stop == "damage" else None
-            if scan.stop == "damage":
+            bad_at = scan.end if scan.stop == ScanStop.DAMAGE else None
+            if scan.stop == ScanStop.DAMAGE:
                 seg_problems.append(
                     f"commitlog/{name}: damaged record at offset {scan.end} "
                     f"({scan.reason}: {scan.detail}){_magic_hint(scan.detail)}"
@@ -333,10 +338,10 @@ def inspect_log(
             max_valid = seg.end
             if seg.records:
                 last_ts = seg.last_store_timestamp_ms
-            if seg.stop in ("damage", "unreadable"):
+            if seg.stop in (ScanStop.DAMAGE, ScanStop.UNREADABLE):
                 assert seg.bad_offset is not None and seg.reason is not None
                 bad = (seg.bad_offset, seg.reason, seg.detail, name)
-            if seg.stop != "blank":
+            if seg.stop != ScanStop.BLANK:
                 in_log = False
             expect_next = start + nominal
         else:
@@ -377,7 +382,7 @@ def _end_problems(segments: list[SegmentReport], past_end: int) -> list[str]:
         return []
     names = ", ".join(f"commitlog/{n}" for n in later)
     ended = [s for s in segments if s.in_log][-1] if segments[0].in_log else None
-    if ended is not None and ended.stop == "end":
+    if ended is not None and ended.stop == ScanStop.END:
         if past_end:
             return [f"commitlog/{ended.name}: the log ends at {ended.end} without a blank, "
                     f"yet {past_end} good record(s) lie in later segments ({names}); they "

@@ -23,15 +23,26 @@ encode_run_into: Callable[..., tuple[int, int, bool]] | None = None
 scan: Callable[[Any, int, int, int], tuple[int, int, int | None]] | None = None
 reput_groups: Callable[[Any, int], tuple[int, int | None, list[Any]]] | None = None
 
-if not os.environ.get("DLAB_PURE_PYTHON"):
+# The interface version this code calls (dlab_native.ABI): a module built
+# from older sources is not used (scripts/venv.sh rebuilds it).
+ABI = 2
+
+
+def _load() -> Any:
+    if os.environ.get("DLAB_PURE_PYTHON"):
+        return None
     try:
         import dlab_native
     except ImportError:
-        pass
-    else:
-        encode_run_into = dlab_native.encode_run_into
-        scan = dlab_native.scan
-        reput_groups = dlab_native.reput_groups
+        return None
+    return dlab_native if getattr(dlab_native, "ABI", 1) == ABI else None
+
+
+_native = _load()
+if _native is not None:
+    encode_run_into = _native.encode_run_into
+    scan = _native.scan
+    reput_groups = _native.reput_groups
 
 
 def codec() -> str:

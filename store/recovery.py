@@ -69,6 +69,15 @@ _MIN_SIZE = V4_FIXED_SIZE + 3
 _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 
 
+class ScanStop(enum.StrEnum):
+    """Why a segment scan stopped."""
+
+    BLANK = "blank"  # the segment's closing blank: it is full
+    END = "end"  # zeros: no more data
+    DAMAGE = "damage"  # a bad record (SegmentScan.reason says which check failed)
+    UNREADABLE = "unreadable"  # the file could not be read (store inspect only)
+
+
 @dataclass(frozen=True)
 class SegmentScan:
     start: int
@@ -76,7 +85,7 @@ class SegmentScan:
     end: int  # offset just past the last good record (segment end after a blank)
     records: int
     last_store_timestamp_ms: int | None
-    stop: str  # "blank" | "end" | "damage"
+    stop: ScanStop
     reason: str | None = None  # damage: size, magic, crc, layout, position, truncated
     detail: str | None = None
     trailing_nonzero: bool = False  # bytes that are not zero after the end of data
@@ -127,7 +136,7 @@ def scan_segment(
             if pos + 8 > limit:
                 if pos < limit and not _all_zero(view, pos):
                     raise CorruptRecordError("truncated", f"{limit - pos} bytes at the segment end")
-                stop = "end"
+                stop = ScanStop.END
                 break
             size, magic = prefix(view, pos)
             if magic == MESSAGE_MAGIC:
@@ -164,20 +173,20 @@ def scan_segment(
                     raise CorruptRecordError(
                         "size", f"blank of {size} bytes but {nominal - pos} remain in the segment"
                     )
-                stop = "blank"
+                stop = ScanStop.BLANK
                 break
             if size == 0 and magic == 0:
-                stop = "end"
+                stop = ScanStop.END
                 break
             raise CorruptRecordError("magic", f"magic code 0x{magic:08X} is not a record")
     except CorruptRecordError as exc:
         return SegmentScan(
-            seg_start, from_offset, seg_start + pos, records, last_ts, "damage", exc.reason,
+            seg_start, from_offset, seg_start + pos, records, last_ts, ScanStop.DAMAGE, exc.reason,
             exc.detail,
             trailing_nonzero=True,
         )
-    end = seg_start + (nominal if stop == "blank" else pos)
-    trailing = stop == "end" and check_trailing and not _all_zero(view, pos)
+    end = seg_start + (nominal if stop == ScanStop.BLANK else pos)
+    trailing = stop == ScanStop.END and check_trailing and not _all_zero(view, pos)
     return SegmentScan(seg_start, from_offset, end, records, last_ts, stop,
                        trailing_nonzero=trailing)
 
@@ -303,30 +312,30 @@ def plan_recovery(
         if scan.last_store_timestamp_ms is not None:
             last_ts = scan.last_store_timestamp_ms
         offset = scan.end
-        if scan.stop != "blank":
+        if scan.stop != ScanStop.BLANK:
             break
     assert scan is not None
     # Scanning stopped inside segment i (or ran off the last one): anything
     # after it is past the end of data.
     drop = starts[i + 1 :]
     damage = None
-    if (scan.stop == "end" and checkpoint is not None and last_ts is not None
+    if (scan.stop == ScanStop.END and checkpoint is not None and last_ts is not None
             and checkpoint.physic_ms > last_ts):
         # Zeros where the checkpoint says a later record was flushed: a hole
         # in flushed data (a lost or zeroed block), not the end of data. (A
         # cut lowers the checkpoint before it zeroes a header, so an
         # interrupted one never looks like this.)
-        scan = replace(scan, stop="damage", reason="zeros",
+        scan = replace(scan, stop=ScanStop.DAMAGE, reason="zeros",
                        detail="a zero header where the checkpoint says records were flushed")
         damage = classify_damage(
             starts, read, i, scan, seg_size=seg_size, abnormal=True, checkpoint=checkpoint,
             last_good_ts=last_ts)
-    elif scan.stop == "damage":
+    elif scan.stop == ScanStop.DAMAGE:
         damage = classify_damage(
             starts, read, i, scan, seg_size=seg_size, abnormal=abnormal, checkpoint=checkpoint,
             last_good_ts=last_ts)
-    bad = scan.end if scan.stop == "damage" else None
-    stale = scan.stop == "end" and _stale_after(read(starts[i]), scan.end - starts[i])
+    bad = scan.end if scan.stop == ScanStop.DAMAGE else None
+    stale = scan.stop == ScanStop.END and _stale_after(read(starts[i]), scan.end - starts[i])
     return RecoveryPlan(
         abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes,
         stale, damage,
@@ -398,11 +407,11 @@ def classify_damage(
             last_end = _last_record_end(read(starts[i]), starts[i], at, seg)
             if resume is None or resume > at:
                 resume = at
-        if seg.stop == "damage":
+        if seg.stop == ScanStop.DAMAGE:
             at = resync(read(starts[i]), starts[i], seg.end + 1)
             continue
         at = None
-        if seg.stop != "blank":
+        if seg.stop != ScanStop.BLANK:
             # The end of data in this segment: later segments may still hold
             # records (a lost blank, a gap): keep counting them.
             continue
@@ -429,7 +438,7 @@ def classify_damage(
 def _last_record_end(buf: Buffer, seg_start: int, at: int, seg: SegmentScan) -> int:
     """The end of the last record of a scanned run (a blank's scan ends at
     the segment's end, past the records)."""
-    if seg.stop != "blank":
+    if seg.stop != ScanStop.BLANK:
         return seg.end
     pos = at - seg_start
     while True:
@@ -465,7 +474,7 @@ STALE_CHECK_BYTES = 4096
 
 def _stale_after(buf: Buffer, pos: int) -> bool:
     """Whether the bytes just after a zero header at `pos` are not zero. An
-    interrupted cut (store.commitlog.cut_on_disk step 1 done, step 2 not)
+    interrupted cut (store.log_cuts.cut_on_disk step 1 done, step 2 not)
     leaves exactly that: the header zeroed, the old record's fields right
     behind it (a stored record always has a non-zero store timestamp in its
     first 64 bytes). One page is checked, not the rest of the segment, to

@@ -18,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINE_MISSING = unavailable_reason()
 needs_engine = pytest.mark.skipif(
     ENGINE_MISSING is not None, reason=f"needs a Docker engine: {ENGINE_MISSING}")
+# Under pytest-xdist (scripts/test), every test that talks to the engine runs
+# on one worker: they share the default node image tag and the base image,
+# and two image builds at once only slow each other down.
+one_engine_user = pytest.mark.xdist_group("docker")
 
 
 def snapshot_sources(dest: Path) -> Path:

@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import grpc
+
 from cluster.backends.interface import ClusterSpec, NodeSpec
 from cluster.backends.local import LocalBackend
-from cluster.client.node_client import FAST_RECONNECT, NodeClient, make_message
+from cluster.client.node_client import FAST_RECONNECT, NodeCallError, NodeClient, make_message
 from cluster.node.auth import generate_token
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
@@ -74,13 +76,23 @@ def running_cluster(directory: str, *, connected: bool = False, **kw: Any
 
 
 def wait_until(pred: Callable[[], T], timeout_s: float = 60.0, what: str = "condition") -> T:
+    """Poll `pred` until it is true. A poll that could not reach a node
+    (UNAVAILABLE, DEADLINE_EXCEEDED: a connect that timed out on a loaded
+    machine) counts as not yet; the last such error is named on timeout."""
     deadline = time.monotonic() + timeout_s
+    unreachable: NodeCallError | None = None
     while True:
-        value = pred()
+        try:
+            value = pred()
+        except NodeCallError as exc:
+            if exc.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+            unreachable, value = exc, None
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            last = f" (last poll: {unreachable})" if unreachable is not None else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{last}")
         time.sleep(0.02)
 
 

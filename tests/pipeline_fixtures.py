@@ -92,6 +92,11 @@ def make_run(
     return run_dir
 
 
+# Under pytest-xdist (scripts/test) each worker would start its own JVM for
+# the fixture below; the modules using it share one worker, and one JVM.
+one_spark_user = pytest.mark.xdist_group("spark")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark for the whole test session (start-up costs ~10 s)."""

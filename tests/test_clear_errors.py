@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import dlab
 from ha_helpers import running_cluster, send_n, wait_until
 from pipeline_fixtures import make_run, op, rec
 from store_helpers import fill
@@ -40,15 +41,12 @@ from chaos.runs import load_runs
 from cluster.node.auth import write_token_file
 from cluster.node.role import Role
 from store.config import KIB, StoreConfig
+from store.store import MessageStore, StoreOpenError
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = StoreConfig(segment_size_bytes=256 * KIB, max_message_size_bytes=64 * KIB)
 NOT_UTF8 = b'\xff\xfe{"offsetTable": {}}'
 
-
-def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False, cwd=REPO)
 
 
 def refused(r: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -105,6 +103,21 @@ def test_node_start_with_a_non_utf8_offset_table_exits_2_and_leaves_the_store(
                    "offset table", "Fix or remove the file")
     assert "utf-8" in last
     assert tree(data) == before  # no `abort` left behind
+
+
+def test_a_failed_open_closes_every_file_it_opened(tmp_path: Path) -> None:
+    """An open that fails late (the offset table, after the checkpoint and
+    the consume queues are open) closes what it opened: a process that
+    retries the open does not collect file descriptors."""
+    data = make_store(str(tmp_path))
+    os.makedirs(os.path.join(data, "config"), exist_ok=True)
+    Path(data, "config", "consumerOffset.json").write_bytes(NOT_UTF8)
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    for _ in range(3):
+        with pytest.raises(StoreOpenError, match="consumerOffset.json"):
+            MessageStore.open(data, CONFIG)
+    assert fds() == before
 
 
 def test_node_start_with_a_non_utf8_offset_table_uses_a_valid_bak_and_logs_it(

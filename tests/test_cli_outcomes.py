@@ -9,21 +9,20 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cli_helpers import dlab
 from ha_helpers import FAST
 
 from chaos import scenarios
 from chaos.cli import build_parser
 from chaos.summary import run_outcome
 
-
-def dlab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+# The module-scoped fixtures below (a cluster, a run) are made once: under
+# pytest-xdist (scripts/test) this module's tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_cli_outcomes")
 
 
 def as_json(r: subprocess.CompletedProcess[str]) -> Any:
@@ -161,6 +160,7 @@ def test_every_option_has_help_and_says_its_default() -> None:
 
 @pytest.mark.parametrize("command", [("send",), ("report",), ("cluster", "status"),
                                      ("chaos", "run"), ("chaos", "matrix"), ("chaos", "plan"),
+                                     ("chaos", "replay"), ("chaos", "compare-backends"),
                                      ("store", "inspect")])
 def test_each_help_documents_its_exit_status(command: tuple[str, ...]) -> None:
     r = dlab(*command, "--help")

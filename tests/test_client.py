@@ -20,6 +20,10 @@ from cluster.client.node_client import AsyncNodeClient, NodeCallError, NodeClien
 from cluster.node.role import Role
 from store.status import INDETERMINATE
 
+# The module-scoped cluster below is started once: under pytest-xdist
+# (scripts/test) this module's tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_client")
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import dlab, ok
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ha_helpers import FAST, log_text, wait_until
 
@@ -22,17 +23,9 @@ from cluster.backends.procs import free_ports
 from cluster.client.node_client import NodeClient
 from cluster.node.auth import write_token_file
 
-
-def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def ok(*args: str) -> str:
-    r = dlab(*args)
-    assert r.returncode == 0, f"dlab {' '.join(args)}: {r.stderr}"
-    assert "Traceback" not in r.stderr
-    return r.stdout
+# The module-scoped cluster below is started once: under pytest-xdist
+# (scripts/test) this module's tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_cluster_local")
 
 
 def fails(*args: str, message: str) -> None:

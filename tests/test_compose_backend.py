@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from compose_support import needs_engine, remove_images, snapshot_sources
+from compose_support import needs_engine, one_engine_user, remove_images, snapshot_sources
 
 from chaos.disk_faults import torn_tail
 from cluster.backends import image as img
@@ -32,7 +32,7 @@ from cluster.client.node_client import NodeCallError, NodeClient, make_message
 from cluster.node.role import Role
 
 TOKEN = "compose-test-token"
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), one_engine_user]
 
 
 # --- pure: the compose document ----------------------------------------------------

@@ -15,12 +15,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from compose_support import ROOT, needs_engine, remove_images, snapshot_sources
+from compose_support import ROOT, needs_engine, one_engine_user, remove_images, snapshot_sources
 
 from cluster.backends import image as img
 from cluster.cli.main import main
 
 SCRIPT = ROOT / "compose" / "make-base-image.sh"
+pytestmark = one_engine_user
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="debootstrap (the base image from scratch) needs root")
 

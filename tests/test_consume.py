@@ -23,8 +23,8 @@ from ha_helpers import client, running_cluster, send_n, status, wait_connected, 
 from cluster.backends.interface import NodeSpec
 from cluster.backends.local import LocalBackend
 from cluster.backends.procs import free_ports
-from cluster.cli.commands import node_config_from_args
 from cluster.cli.main import build_parser
+from cluster.cli.node_command import node_config_from_args
 from cluster.client.consumer import (
     BlockingConsumer,
     Consumer,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pipeline_fixtures import T0, make_run, op, rec, spark  # noqa: F401
+from pipeline_fixtures import T0, make_run, one_spark_user, op, rec, spark  # noqa: F401
 from test_chaos_run import _processes_mentioning, _run
 
 from chaos.consumer_proc import _Drain, collect
@@ -29,7 +29,8 @@ from chaos.schema import (
 )
 from chaos.summary import one_line
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              one_spark_user]
 
 
 # ------------------------------------------------------------- fixtures

@@ -406,7 +406,7 @@ def test_units_round_trip_across_files_of_one_unit(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("flush", "model", "failpoint"), [
     (FlushMode.SYNC_FLUSH, CrashModel.POWER, "after_append_before_flush=crash@1500"),
     (FlushMode.SYNC_FLUSH, CrashModel.PROCESS, "before_flush_sync=crash@1500"),
-    (FlushMode.ASYNC_FLUSH, CrashModel.POWER, "before_flush_sync=crash@800"),
+    (FlushMode.ASYNC_FLUSH, CrashModel.POWER, "before_flush_sync=crash@150"),
     (FlushMode.ASYNC_FLUSH, CrashModel.PROCESS, "after_append_before_flush=crash@8000"),
 ], ids=lambda v: getattr(v, "value", str(v).split("=")[0]))
 def test_a_failpoint_kill_leaves_one_unit_per_recovered_record(

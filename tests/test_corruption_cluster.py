@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import dlab, ok
 from ha_helpers import FAST, log_text, wait_until
 from store_helpers import snapshot
 
@@ -32,16 +31,6 @@ SEGMENT = 256 * 1024
 COUNT = 3000
 
 
-def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def ok(*args: str) -> str:
-    r = dlab(*args)
-    assert r.returncode == 0, f"dlab {' '.join(args)}: {r.stderr}"
-    assert "Traceback" not in r.stderr
-    return r.stdout
 
 
 def status(d: str, *, down: str | None = None) -> dict[str, dict[str, object]]:

@@ -23,8 +23,9 @@ from store_helpers import SEG, message
 from store.clock import ManualClock
 from store.commitlog import StoreFailedError
 from store.config import TESTING, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
-from store.disk import Disk, DiskFaults, MemoryDisk, RealDisk
+from store.disk import Disk, RealDisk
 from store.lock import StoreLockedError
+from store.memory_disk import DiskFaults, MemoryDisk
 from store.record import Record
 from store.segments import segment_name
 from store.status import PutStatus

@@ -13,9 +13,10 @@ import threading
 
 from store.config import KIB, MIB, TESTING, FlushMode
 from store.failpoints import Failpoints
+from store.group_commit import INLINE_FLUSH_MAX_BYTES
 from store.record import Message
 from store.status import PutStatus
-from store.store import INLINE_FLUSH_MAX_BYTES, MessageStore
+from store.store import MessageStore
 
 
 def test_slow_fsync_gives_flush_disk_timeout_then_recovers(tmp_path: str) -> None:

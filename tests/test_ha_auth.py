@@ -32,6 +32,10 @@ from cluster.node.auth import write_token_file
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
 
+# The module-scoped cluster below is started once: under pytest-xdist
+# (scripts/test) this module's tests share one worker.
+pytestmark = pytest.mark.xdist_group("test_ha_auth")
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, str]]:

@@ -30,7 +30,7 @@ from cluster.backends.interface import BackendError
 from cluster.client.node_client import make_message
 from cluster.node.role import Role
 from ha.config import ShipLimit
-from ha.slave import UNFLUSHED_READ_LIMIT
+from ha.slave import UNFLUSHED_READ_LIMIT_BYTES
 
 
 def _assert_identical(backend: object, master_dir: str, slave_dir: str) -> None:
@@ -195,7 +195,7 @@ def test_master_drops_a_paused_slave_even_with_its_sends_blocked(tmp_path: str) 
 def test_a_slave_holds_little_unflushed_even_when_it_never_flushes_by_itself(
         tmp_path: str) -> None:
     """Under the power model a slave holds the ranges it applied but has not
-    flushed in memory. Past UNFLUSHED_READ_LIMIT it stops reading ranges
+    flushed in memory. Past UNFLUSHED_READ_LIMIT_BYTES it stops reading ranges
     until a flush has written them: a slave with no flush schedule of its
     own, catching up a 44 MiB backlog, ends with at most that much (plus one
     range) unflushed; without the limit it would hold all of it."""
@@ -210,7 +210,7 @@ def test_a_slave_holds_little_unflushed_even_when_it_never_flushes_by_itself(
                 assert {o.status for o in outs} == {"PUT_OK"}
         b.start("slave1")
         wrote = wait_caught_up(b, tok, timeout_s=60)
-        assert wrote > UNFLUSHED_READ_LIMIT + 8 * 1024 * 1024
+        assert wrote > UNFLUSHED_READ_LIMIT_BYTES + 8 * 1024 * 1024
         slave = status(b, tok, "slave1")
         assert slave["flushed"] > 0, "the slave flushed nothing: it read without a limit"
-        assert wrote - slave["flushed"] <= UNFLUSHED_READ_LIMIT + SEGMENT
+        assert wrote - slave["flushed"] <= UNFLUSHED_READ_LIMIT_BYTES + SEGMENT

@@ -29,8 +29,8 @@ CFG = HAConfig(batch_bytes=4096, window_bytes=3 * 4096, heartbeat_interval_ms=10
 
 
 def established(acked: int = 0, cfg: HAConfig = CFG, wrote: int = 10**6) -> MasterSession:
-    s = MasterSession("s1", cfg, now=0.0)
-    assert s.on_report(acked, master_wrote=wrote, master_min=0, now=0.0) == Accept(acked)
+    s = MasterSession("s1", cfg, now_s=0.0)
+    assert s.on_report(acked, master_wrote=wrote, master_min=0, now_s=0.0) == Accept(acked)
     return s
 
 
@@ -47,75 +47,75 @@ def test_window_bounds_unacked_bytes_then_acks_reopen_it() -> None:
     for i in range(3):
         ship = s.next_ship(limit=10**6)
         assert ship == Ship(i * 4096, 4096)
-        s.on_shipped(ship.offset, ship.offset + 4096, now=0.1)
+        s.on_shipped(ship.offset, ship.offset + 4096, now_s=0.1)
     assert s.next_ship(limit=10**6) is None  # 12 KiB in flight = window
-    assert s.on_report(4096, master_wrote=10**6, master_min=0, now=0.2) == Accept(4096)
+    assert s.on_report(4096, master_wrote=10**6, master_min=0, now_s=0.2) == Accept(4096)
     assert s.next_ship(limit=10**6) == Ship(3 * 4096, 4096)
 
 
 def test_small_ranges_wait_for_the_ack_and_then_go_out_together() -> None:
     s = established(0)
     assert s.next_ship(limit=100) == Ship(0, 100)  # nothing in flight: at once
-    s.on_shipped(0, 100, now=0.0)
+    s.on_shipped(0, 100, now_s=0.0)
     assert s.next_ship(limit=300) is None  # 200 new bytes wait for the ack...
     assert s.next_ship(limit=100 + 4096) == Ship(100, 4096)  # ...a full batch does not
-    s.on_shipped(100, 100 + 4096, now=0.0)
-    s.on_report(100 + 4096, master_wrote=10**6, master_min=0, now=0.0)
+    s.on_shipped(100, 100 + 4096, now_s=0.0)
+    s.on_report(100 + 4096, master_wrote=10**6, master_min=0, now_s=0.0)
     assert s.next_ship(limit=100 + 4096 + 700) == Ship(100 + 4096, 700)  # all of it, once
 
 
 def test_reports_going_backwards_or_past_what_was_shipped_close_the_stream() -> None:
     s = established(0)
-    s.on_shipped(0, 500, now=0.0)
-    assert s.on_report(500, master_wrote=500, master_min=0, now=0.0) == Accept(500)
-    back = s.on_report(100, master_wrote=500, master_min=0, now=0.0)
+    s.on_shipped(0, 500, now_s=0.0)
+    assert s.on_report(500, master_wrote=500, master_min=0, now_s=0.0) == Accept(500)
+    back = s.on_report(100, master_wrote=500, master_min=0, now_s=0.0)
     assert isinstance(back, Close) and back.kind == "protocol" and "backwards" in back.reason
     s = established(0)
-    s.on_shipped(0, 500, now=0.0)
-    past = s.on_report(900, master_wrote=5000, master_min=0, now=0.0)
+    s.on_shipped(0, 500, now_s=0.0)
+    past = s.on_report(900, master_wrote=5000, master_min=0, now_s=0.0)
     assert isinstance(past, Close) and "beyond what was shipped" in past.reason
 
 
 def test_negative_and_below_first_offset_reports_are_protocol_errors() -> None:
-    s = MasterSession("s1", CFG, now=0.0)
-    d = s.on_report(-1, master_wrote=0, master_min=0, now=0.0)
+    s = MasterSession("s1", CFG, now_s=0.0)
+    d = s.on_report(-1, master_wrote=0, master_min=0, now_s=0.0)
     assert isinstance(d, Close) and d.kind == "protocol"
-    s = MasterSession("s1", CFG, now=0.0)
-    d = s.on_report(10, master_wrote=5000, master_min=4096, now=0.0)
+    s = MasterSession("s1", CFG, now_s=0.0)
+    d = s.on_report(10, master_wrote=5000, master_min=4096, now_s=0.0)
     assert isinstance(d, Close) and "below this master's first offset" in d.reason
     assert not s.established
 
 
 def test_slave_ahead_reject_closes_and_never_counts_as_acked() -> None:
-    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.REJECT), now=0.0)
-    d = s.on_report(9000, master_wrote=5000, master_min=0, now=0.0)
+    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.REJECT), now_s=0.0)
+    d = s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.0)
     assert isinstance(d, Close) and d.kind == "ahead" and "4000 bytes ahead" in d.reason
     assert not s.established and s.acked is None
 
 
 def test_slave_ahead_trust_accepts_the_report_as_acked() -> None:
-    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUST), now=0.0)
-    assert s.on_report(9000, master_wrote=5000, master_min=0, now=0.0) == Accept(9000)
+    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUST), now_s=0.0)
+    assert s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.0) == Accept(9000)
     assert s.established and s.ahead_trusted and s.acked == 9000
     assert s.next_ship(limit=5000) is None  # nothing to ship until the master passes it
     assert s.next_ship(limit=9500) == Ship(9000, 500)
 
 
 def test_slave_ahead_truncate_waits_for_the_cut_before_shipping() -> None:
-    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE), now=0.0)
-    d = s.on_report(9000, master_wrote=5000, master_min=0, now=0.0)
+    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE), now_s=0.0)
+    d = s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.0)
     assert isinstance(d, SendTruncate) and d.offset == 5000
     assert not s.established and s.next_ship(limit=6000) is None
     # A heartbeat sent before the slave saw the Truncate changes nothing.
-    assert isinstance(s.on_report(9000, master_wrote=5000, master_min=0, now=0.1), Ignore)
-    assert s.on_report(5000, master_wrote=5000, master_min=0, now=0.2) == Accept(5000)
+    assert isinstance(s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.1), Ignore)
+    assert s.on_report(5000, master_wrote=5000, master_min=0, now_s=0.2) == Accept(5000)
     assert s.established and s.next_ship(limit=6000) == Ship(5000, 1000)
 
 
 def test_truncate_confirmed_at_the_wrong_offset_is_a_protocol_error() -> None:
-    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE), now=0.0)
-    s.on_report(9000, master_wrote=5000, master_min=0, now=0.0)
-    d = s.on_report(4000, master_wrote=5000, master_min=0, now=0.1)
+    s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE), now_s=0.0)
+    s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.0)
+    d = s.on_report(4000, master_wrote=5000, master_min=0, now_s=0.1)
     assert isinstance(d, Close) and d.kind == "protocol"
 
 
@@ -123,12 +123,12 @@ def test_heartbeat_and_housekeeping_follow_the_clock_passed_in() -> None:
     s = established(0)
     assert not s.heartbeat_due(0.5)
     assert s.heartbeat_due(1.0)
-    s.on_sent(now=1.0)
+    s.on_sent(now_s=1.0)
     assert not s.heartbeat_due(1.5)
     assert s.wake_in(1.5) == pytest.approx(0.5)
     assert not s.expired(4.9)
     assert s.expired(5.0)  # no report for the housekeeping interval
-    s.on_report(0, master_wrote=0, master_min=0, now=4.9)
+    s.on_report(0, master_wrote=0, master_min=0, now_s=4.9)
     assert not s.expired(5.0)
     # The master's reader waits exactly until expired() holds.
     assert s.expires_in(5.0) == pytest.approx(4.9)
@@ -137,27 +137,27 @@ def test_heartbeat_and_housekeeping_follow_the_clock_passed_in() -> None:
 
 # -------------------------------------------------------------- slave side
 def test_slave_applies_only_ranges_at_its_own_offset() -> None:
-    s = SlaveSession(100, CFG, now=0.0)
-    assert s.on_range(100, 50, now=0.0) == Apply()
+    s = SlaveSession(100, CFG, now_s=0.0)
+    assert s.on_range(100, 50, now_s=0.0) == Apply()
     s.applied(150)
-    assert s.on_range(150, 0, now=0.1) == Heartbeat()
-    d = s.on_range(100, 50, now=0.2)
+    assert s.on_range(150, 0, now_s=0.1) == Heartbeat()
+    d = s.on_range(100, 50, now_s=0.2)
     assert isinstance(d, Drop) and "range at 100" in d.reason and "150" in d.reason
 
 
 def test_slave_truncate_only_backwards() -> None:
-    s = SlaveSession(1000, CFG, now=0.0)
-    assert s.on_truncate(400, now=0.0) == TruncateTo(400)
+    s = SlaveSession(1000, CFG, now_s=0.0)
+    assert s.on_truncate(400, now_s=0.0) == TruncateTo(400)
     s.truncated(400)
     assert s.max_offset == 400
-    assert isinstance(s.on_truncate(500, now=0.0), Drop)
-    assert isinstance(s.on_truncate(-1, now=0.0), Drop)
+    assert isinstance(s.on_truncate(500, now_s=0.0), Drop)
+    assert isinstance(s.on_truncate(-1, now_s=0.0), Drop)
 
 
 def test_slave_housekeeping_counts_from_the_last_message() -> None:
-    s = SlaveSession(0, CFG, now=0.0)
+    s = SlaveSession(0, CFG, now_s=0.0)
     assert not s.expired(4.0)
-    s.on_range(0, 0, now=4.0)
+    s.on_range(0, 0, now_s=4.0)
     assert not s.expired(8.9)
     assert s.expired(9.0)
 
@@ -194,10 +194,10 @@ events = st.lists(st.one_of(
 def test_any_report_sequence_keeps_acked_le_shipped_and_never_raises(
         first: int, evs: list[tuple[str, int]], policy: SlaveAheadPolicy) -> None:
     cfg = CFG.with_(slave_ahead_policy=policy)
-    s = MasterSession("s", cfg, now=0.0)
+    s = MasterSession("s", cfg, now_s=0.0)
     wrote = 50_000
     closed = False
-    d = s.on_report(first, master_wrote=wrote, master_min=0, now=0.0)
+    d = s.on_report(first, master_wrote=wrote, master_min=0, now_s=0.0)
     closed = isinstance(d, Close)
     for kind, value in evs:
         if closed:
@@ -209,9 +209,9 @@ def test_any_report_sequence_keeps_acked_le_shipped_and_never_raises(
             if ship is not None:
                 assert ship.max_bytes > 0 and ship.offset + ship.max_bytes <= wrote
                 s.on_shipped(ship.offset, ship.offset + min(ship.max_bytes, value + 1),
-                             now=0.0)
+                             now_s=0.0)
         else:
-            d = s.on_report(value, master_wrote=wrote, master_min=0, now=0.0)
+            d = s.on_report(value, master_wrote=wrote, master_min=0, now_s=0.0)
             assert isinstance(d, Accept | Ignore | Close | SendTruncate)
             closed = isinstance(d, Close)
         if s.established:

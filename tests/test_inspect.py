@@ -26,7 +26,9 @@ from store_helpers import (
 )
 
 from cluster.cli.main import main
+from store.checkpoint import lower_checkpoint, read_checkpoint
 from store.config import TESTING, CorruptionPolicy
+from store.disk import RealDisk
 from store.inspect import InspectError, StoreFiles, inspect_store, iter_records
 from store.record import MESSAGE_MAGIC, body_crc, encode, encode_blank
 from store.segments import segment_name
@@ -113,8 +115,14 @@ def test_zero_tail_is_no_damage_but_stale_bytes_after_it_are_reported(tmp_path: 
     results = fill(tmp_path, 100, body_size=300)
     r = inspect_store(str(tmp_path))
     assert r.first_bad_offset is None and r.problems == []
-    # what a crash inside a recovery cut leaves: header zeroed, the rest not
+    # What a crash inside a cut leaves: the checkpoint lowered to the last
+    # record kept (a cut does that durably first, store/checkpoint.py
+    # lower_checkpoint), the header at the cut zeroed, the rest not.
     cut = results[60].offset
+    cp_path = str(tmp_path / "checkpoint")
+    checkpoint, _ = read_checkpoint(cp_path)
+    assert checkpoint is not None
+    lower_checkpoint(RealDisk(), cp_path, checkpoint, results[59].store_timestamp_ms)
     patch(tmp_path, cut, bytes(8))
     r = inspect_store(str(tmp_path))
     assert r.records == 60 and r.max_valid_offset == cut and r.first_bad_offset is None

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pipeline_fixtures import make_run, op, rec, spark  # noqa: F401
+from pipeline_fixtures import make_run, one_spark_user, op, rec, spark  # noqa: F401
 
 from chaos import cli
 from chaos.kept_stores import first_difference, reread, store_dir
@@ -25,7 +25,8 @@ from chaos.runs import find_run_dirs, load_runs
 from chaos.schema import write_json, write_jsonl
 from store.record import UNIQ_KEY, V4_FIXED_SIZE, Message, encode
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              one_spark_user]
 
 SEGMENT = 64 * 1024
 TS = 1_700_000_000_000

@@ -65,3 +65,21 @@ def test_a_command_module_that_cannot_be_imported_stops_the_cli(
                          timeout=120, cwd=ROOT)
     assert out.returncode != 0 and "started" not in out.stdout
     assert command_module in out.stderr
+
+
+def test_dlab_starts_without_the_report_stack() -> None:
+    """The node image leaves out the report stack (compose/node-excludes.txt),
+    so every module `dlab` loads at start must import it lazily; the image
+    test catches a top-level import only where Docker runs, this one
+    everywhere."""
+    excluded = [line.strip() for line in
+                (Path(__file__).resolve().parents[1] / "compose" / "node-excludes.txt")
+                .read_text().splitlines() if line.strip() and not line.startswith("#")]
+    code = ("import sys\n"
+            f"for m in {excluded!r}: sys.modules[m] = None\n"
+            "import chaos.cli\n"
+            "sys.exit(chaos.cli.main(['--help']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "chaos" in r.stdout

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pipeline_fixtures import T0, fault, make_run, op, rec, slave_ahead, spark  # noqa: F401
+from pipeline_fixtures import T0, fault, make_run, one_spark_user, op, rec, slave_ahead, spark  # noqa: F401
 
 from chaos import bench, cli, promises
 from chaos.pipeline import NoRunsError, _run_query, build_report, checker_query
@@ -21,7 +21,8 @@ from chaos.runs import ALWAYS_MS, NEVER_MS, find_run_dirs, load_run, load_runs, 
 from chaos.schema import validate_run_dir
 
 # pyspark warns that it was not tested with pandas 3 when it first meets pandas.
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              one_spark_user]
 
 MODES = list(promises.PROMISES)
 

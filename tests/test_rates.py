@@ -11,12 +11,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pipeline_fixtures import make_run, op, rec, spark  # noqa: F401
+from pipeline_fixtures import make_run, one_spark_user, op, rec, spark  # noqa: F401
 
 from chaos.pipeline import build_report
 from chaos.rates import rate_cell, wilson_interval
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              one_spark_user]
 
 
 @pytest.mark.parametrize(("k", "n", "low", "high"), [

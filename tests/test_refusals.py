@@ -11,12 +11,11 @@ import asyncio
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import dlab
 from ha_helpers import FAST
 from store_helpers import SEG, fill, message, snapshot
 
@@ -27,11 +26,6 @@ from cluster.node.role import Role
 from store.config import TESTING
 from store.segments import segment_name
 from store.store import MessageStore, StoreOpenError
-
-
-def dlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
 
 
 # ------------------------------------------------------- cluster commands

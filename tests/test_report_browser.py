@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pipeline_fixtures import spark  # noqa: F401
+from pipeline_fixtures import one_spark_user, spark  # noqa: F401
 from test_chaos_run import _run
 from test_pipeline import _fixture_runs
 
 from chaos.pipeline import build_report
 from chaos.schema import read_jsonl
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              one_spark_user]
 
 WIDTH = 1400
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")

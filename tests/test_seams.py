@@ -42,13 +42,15 @@ STORE = StoreConfig(segment_size_bytes=1 << 20, max_message_size_bytes=64 << 10,
 class Cluster:
     """One SYNC_MASTER and one SLAVE on one virtual-time loop."""
 
-    def __init__(self, loop: VirtualTimeLoop, tmp: Any, net: MemoryNetwork) -> None:
+    def __init__(self, loop: VirtualTimeLoop, tmp: Any, net: MemoryNetwork,
+                 master_fsync_s: float | None = None) -> None:
         self.loop, self.net = loop, net
         self.events: list[tuple[float, str]] = []
         common: dict[str, Any] = dict(token=TOKEN, store=STORE, ha=HA)
+        fsync = None if master_fsync_s is None else (lambda: master_fsync_s)
         self.master = Node(NodeConfig(name="master", role=Role.SYNC_MASTER, listen=MASTER,
                                       data_dir=str(tmp / "master"), **common),
-                           clock=loop.clock(), executor=InlineFlushExecutor(), network=net)
+                           clock=loop.clock(), executor=InlineFlushExecutor(fsync), network=net)
         self.slave = Node(NodeConfig(name="slave1", role=Role.SLAVE, listen=SLAVE,
                                      master=MASTER, data_dir=str(tmp / "slave"), **common),
                           clock=loop.clock(), executor=InlineFlushExecutor(), network=net)
@@ -136,6 +138,75 @@ def test_partitioned_slave_times_out_after_exactly_slave_timeout(tmp_path: Any) 
     assert abs(waited - HA.slave_timeout_ms / 1000) < 1e-6, waited
     # Seconds of cluster time, a fraction of that in wall time.
     assert wall < HA.slave_timeout_ms / 1000 / 2, wall
+
+
+def test_a_slave_whose_stream_the_master_still_holds_reconnects_at_once(tmp_path: Any) -> None:
+    """The slave sees its stream fail while the master's end looks open (as
+    on a restarted container: "Internal error from Core" on the slave's side
+    only). The same slave process reconnects, and its new stream supersedes
+    the stale one instead of being refused until the master expires it
+    (housekeeping, 10 s here); a stream from another process naming the
+    same slave is still refused."""
+
+    async def main(loop: VirtualTimeLoop) -> tuple[float, PutResult, tuple[Any, str]]:
+        net = MemoryNetwork(loop)
+        c = Cluster(loop, tmp_path, net)
+        await c.start()
+        assert c.master.ha_master is not None
+        assert (await c.put(1)).status is PutStatus.PUT_OK
+        net.half_open(SLAVE)
+        t0 = loop.time()
+        while not any(s.state == "connected" and s.sessions >= 2
+                      for s in c.master.ha_master.status()):
+            await asyncio.sleep(0.01)
+        reconnected_after = loop.time() - t0
+        result = await c.put(2)
+        # Another process (another incarnation) naming slave1 while its
+        # stream is live: refused, and the real slave stays connected.
+        impostor = await _one_report(net, ha_pb2.Report(max_offset=0, slave="slave1",
+                                                        incarnation="another-process"))
+        await c.stop()
+        return reconnected_after, result, impostor
+
+    reconnected_after, result, impostor = _run(main)
+    assert reconnected_after < HA.reconnect_max_ms / 1000 + 0.5, reconnected_after
+    assert result.status is PutStatus.PUT_OK, result
+    assert impostor[0] is grpc.StatusCode.ALREADY_EXISTS, impostor
+
+
+async def _one_report(net: MemoryNetwork, report: ha_pb2.Report) -> tuple[Any, str]:
+    """Open a stream to the master, send one report, and return how it ended."""
+    async with net.connector("10.0.0.9:7001").open(MASTER, token=TOKEN) as call:
+        await call.write(report)
+        while await call.read() is not EOF:
+            pass
+        return await call.code(), await call.details()
+
+
+def test_a_flush_that_takes_time_lets_the_slave_get_ahead_of_the_masters_disk(
+        tmp_path: Any) -> None:
+    """With an fsync latency (the sim draws one per run) a SYNC_FLUSH master's
+    flush takes virtual time and the loop goes on meanwhile: the HA master
+    ships what it wrote, so the slave holds bytes the master has not made
+    durable (a crash then leaves the slave ahead, as beside a real flusher
+    thread). Without it the flush is instant and the window never opens."""
+
+    async def main(loop: VirtualTimeLoop, fsync_s: float | None) -> tuple[int, int, PutStatus]:
+        c = Cluster(loop, tmp_path / str(fsync_s), MemoryNetwork(loop, delay=lambda _m: 0.001),
+                    master_fsync_s=fsync_s)
+        await c.start()
+        put = asyncio.ensure_future(c.put(1))
+        await asyncio.sleep(0.005)  # the range is at the slave (1 ms), the fsync takes 10
+        assert c.master.store is not None and c.slave.store is not None
+        slave_wrote, master_flushed = c.slave.store.log.wrote, c.master.store.log.flushed
+        status = (await put).status
+        await c.stop()
+        return slave_wrote, master_flushed, status
+
+    slave_wrote, master_flushed, status = _run(lambda loop: main(loop, 0.010))
+    assert slave_wrote > master_flushed and status is PutStatus.PUT_OK
+    slave_wrote, master_flushed, status = _run(lambda loop: main(loop, None))
+    assert slave_wrote <= master_flushed and status is PutStatus.PUT_OK
 
 
 def _scenario(tmp: Any, seed: int) -> list[tuple[float, str]]:

@@ -7,7 +7,6 @@ other and tells the modes apart; a minute of cluster time takes seconds."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -16,8 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chaos import scenarios
 from chaos.bugs import judge_run
+from chaos.replay import tree_hashes
 from chaos.runner import RunConfig
 from chaos.schema import load_json_file, validate_run_dir
 from chaos.sim import SUPPORTED_SCENARIOS, SimRun
@@ -26,7 +28,7 @@ from chaos.summary import run_outcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.role import Role
 from store import sim_loop
-from store.disk import DiskFaults, MemoryDisk
+from store.memory_disk import DiskFaults, MemoryDisk
 from store.record import UNIQ_KEY, Message
 from store.segments import segment_name
 from store.sim_loop import VirtualTimeLoop
@@ -40,20 +42,10 @@ def _run(tmp: Path, scenario: str, role: str, flush: str, seed: int,
     return SimRun(cfg).execute()
 
 
-def _tree_hashes(root: str) -> dict[str, str]:
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
 
 def test_same_seed_gives_a_byte_identical_run_directory(tmp_path: Path) -> None:
-    a = _tree_hashes(_run(tmp_path / "a", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 5))
-    b = _tree_hashes(_run(tmp_path / "b", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 5))
+    a = tree_hashes(_run(tmp_path / "a", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 5))
+    b = tree_hashes(_run(tmp_path / "b", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 5))
     assert a == b
     # It holds what a run holds, so the comparison compares something.
     for rel in ("params.json", "history.jsonl", "faults.jsonl", "observations.jsonl",
@@ -61,7 +53,7 @@ def test_same_seed_gives_a_byte_identical_run_directory(tmp_path: Path) -> None:
                 f"cluster/nodes/master/data/commitlog/{segment_name(0)}"):
         assert rel in a, sorted(a)
     assert not any(p.endswith("/lock") for p in a)
-    other = _tree_hashes(_run(tmp_path / "c", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 6))
+    other = tree_hashes(_run(tmp_path / "c", "master-crash", "SYNC_MASTER", "ASYNC_FLUSH", 6))
     assert other["history.jsonl"] != a["history.jsonl"]
 
 
@@ -186,25 +178,33 @@ def test_a_minute_of_cluster_time_takes_a_few_wall_seconds(tmp_path: Path) -> No
 
 def test_an_unsupported_scenario_is_refused_with_the_supported_ones(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "run",
-                        "--backend", "sim", "--scenario", "partition", "--role", "SYNC_MASTER",
+                        "--backend", "sim", "--scenario", "flusher-stall-crash-consuming",
+                        "--role", "SYNC_MASTER",
                         "--flush", "SYNC_FLUSH", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r
-    assert "partition" in r.stderr and all(s in r.stderr for s in SUPPORTED_SCENARIOS)
+    assert "flusher-stall-crash-consuming" in r.stderr and "delay" in r.stderr
+    assert all(s in r.stderr for s in SUPPORTED_SCENARIOS)
     assert "Traceback" not in r.stderr
     assert os.listdir(tmp_path) == []
 
 
 def test_bench_sim_prints_its_figures_as_json() -> None:
     r = subprocess.run([sys.executable, "-m", "chaos.cli", "bench", "sim", "--runs", "1",
-                        "--rate", "1", "--duration", "5", "--json"],
+                        "--rate", "1", "--duration", "5", "--jobs", "2", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     figures = json.loads(r.stdout)
-    assert figures["sim_runs"] == 12  # the three quick scenarios x the four modes
+    assert figures["sim_runs"] == 16  # the four quick scenarios x the four modes
+    assert figures["sim_jobs"] == 2
     assert figures["sim_simulated_s_per_run"] >= 5.0
     assert figures["sim_runs_per_min"] > 0 and figures["sim_puts_per_run"] > 0
     assert figures["ratio"] == round(figures["sim_runs_per_min"] / 7.0, 1)
+    # The workers' CPU time, and the ratio a sim run with a core to itself reaches.
+    assert figures["sim_cpu_s_per_run"] > 0
+    assert figures["ratio_cpu"] == pytest.approx(60.0 / figures["sim_cpu_s_per_run"] / 7.0,
+                                                 rel=0.02, abs=0.1)
+    assert len(figures["load_avg_1m"]) == 2
     assert figures["local_measured"] is False
 
 
@@ -226,16 +226,18 @@ def test_bad_sim_arguments_are_refused_with_exit_2(tmp_path: Path) -> None:
 def test_the_same_seed_gives_the_same_bytes_in_another_process(tmp_path: Path) -> None:
     """Across processes too, whatever the interpreter's string hashing
     (a set iterated in hash order would change the order of events)."""
-    trees = []
-    for hash_seed in ("1", "2"):
-        out = tmp_path / hash_seed
-        r = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "run", "--backend",
-                            "sim", "--sim-duration", "8", "--scenario", "master-crash-unflushed",
-                            "--role", "SYNC_MASTER", "--flush", "ASYNC_FLUSH", "--seed", "4",
-                            "--out", str(out)], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PYTHONHASHSEED": hash_seed})
-        assert r.returncode in (0, 1), r.stderr
-        (run_dir,) = os.listdir(out)
-        trees.append(_tree_hashes(str(out / run_dir)))
-    assert trees[0] == trees[1]
-    assert len(trees[0]) > 10
+    for scenario, extra in (("master-crash-unflushed", []),
+                            ("master-crash-consuming", ["--sim-disk-faults", "drawn"])):
+        trees = []
+        for hash_seed in ("1", "2"):
+            out = tmp_path / scenario / hash_seed
+            r = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "run", "--backend",
+                                "sim", "--sim-duration", "8", "--scenario", scenario, *extra,
+                                "--role", "SYNC_MASTER", "--flush", "ASYNC_FLUSH", "--seed", "4",
+                                "--out", str(out)], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PYTHONHASHSEED": hash_seed})
+            assert r.returncode in (0, 1), r.stderr
+            (run_dir,) = os.listdir(out)
+            trees.append(tree_hashes(str(out / run_dir)))
+        assert trees[0] == trees[1]
+        assert len(trees[0]) > 10

@@ -18,7 +18,9 @@ view intact:
   one cannot resolve the master); `heal` connects it again.
 
 Faults go through the Docker SDK: kill = SIGKILL to the node (PID 1 of its
-container; the node's crash model decides what survives), stop = SIGTERM with
+container; the node's crash model decides what survives; under `power` the
+harness then cuts the bind-mounted store to its durable mark, as the local
+backend does: store/durable_mark.py), stop = SIGTERM with
 a grace period, pause/resume = the cgroup freezer (`docker pause`). Torn tail
 and bit flip need no backend: they edit the bind-mounted files of a stopped
 node (chaos/disk_faults.py), which the containers write as the host user.
@@ -40,9 +42,6 @@ import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any
-
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.backends.docker_engine import EngineUnavailableError, connect
 from cluster.backends.interface import (
@@ -314,31 +313,16 @@ class ComposeBackend(ClusterDir):
             return [self._info(state, n) for n in state["nodes"]]
 
     def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
-        """Until the node's gRPC health service answers SERVING on its
-        published port (the same check as the container's health check, but
-        without waiting for Docker's interval)."""
-        n = state["nodes"][name]
-        with grpc.insecure_channel(n["address"]) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                container = self._container(state, name)
-                if container is None or container.status in ("exited", "dead"):
-                    refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
-                    if refused:
-                        raise BackendError(f"node {name} refused to start: {refused}")
-                    raise BackendError(f"node {name} exited during start; its output: "
-                                       f"{self._logs_tail(container)}")
-                try:
-                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise BackendError(f"node {name} did not become healthy in time; see "
-                                       f"{self._path('nodes', name, 'node.log')} and "
-                                       f"`docker logs {state['project']}-{name}`")
-                time.sleep(0.05)
+        def exit_output() -> str | None:
+            container = self._container(state, name)
+            if container is None or container.status in ("exited", "dead"):
+                return f"its output: {self._logs_tail(container)}"
+            return None
+
+        self._wait_serving(
+            name, state["nodes"][name]["address"], deadline, exit_output=exit_output,
+            see=f"{self._path('nodes', name, 'node.log')} and "
+                f"`docker logs {state['project']}-{name}`")
 
     @staticmethod
     def _logs_tail(container: Container | None, n: int = 5) -> str:
@@ -388,6 +372,7 @@ class ComposeBackend(ClusterDir):
             container = self._running(state, name, "kill")
             container.kill(signal="SIGKILL")
             self._wait_exited(container, name, 10)
+            self._power_cut(state, name)  # the data dir is bind-mounted: same host page cache
 
     def _wait_exited(self, container: Container, name: str, timeout_s: float) -> int:
         from requests.exceptions import ConnectionError as RequestsConnectionError
@@ -425,6 +410,7 @@ class ComposeBackend(ClusterDir):
 
     def _start_locked(self, state: dict[str, Any], name: str, container: Container | None,
                       timeout_s: float) -> None:
+        self._power_cut(state, name)  # it died since (a crash failpoint), or was killed
         n = state["nodes"][name]
         if container is not None and n["failpoints"] == n["created_failpoints"]:
             container.start()
@@ -532,6 +518,7 @@ class ComposeBackend(ClusterDir):
                     self._stop_container(container, name)
                 except BackendError as exc:
                     errors.append(str(exc))
+            self._power_cut(state, name)  # one that had died, or would not stop
         try:
             self._compose(state, "down", "--volumes", "--remove-orphans",
                           "--timeout", str(STOP_TIMEOUT_S))

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
-from store.config import CorruptionPolicy
+from store.config import CorruptionPolicy, CrashModel, FlushMode
 
 
 class NodeState(enum.StrEnum):
@@ -52,8 +52,8 @@ class NodeSpec:
 
     name: str
     role: Role
-    flush: str = "ASYNC_FLUSH"
-    crash_model: str = "power"
+    flush: FlushMode = FlushMode.ASYNC_FLUSH
+    crash_model: CrashModel = CrashModel.POWER
     segment_size_bytes: int = 64 * 1024 * 1024
     slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
     ha_ship_limit: ShipLimit = ShipLimit.WROTE

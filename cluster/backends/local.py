@@ -8,6 +8,11 @@ later — act on the same cluster. A process is identified by pid and start
 time, never by pid alone. Nodes and proxies run in their own sessions and
 outlive the command that started them; `down` ends them.
 
+Under the `power` crash model a node that dies (`kill`, a crash failpoint)
+leaves its store as a power cut would: before it restarts or the cluster
+goes down, every byte no completed fsync covered is discarded
+(ClusterDir._power_cut, store/durable_mark.py).
+
 Layout of DIR (see cluster/backends/interface.py): cluster.json, token (0600),
 nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and
 proxies/NAME.log (the link proxy of slave NAME).
@@ -24,9 +29,6 @@ import sys
 import time
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
@@ -41,7 +43,7 @@ from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, ch
 from cluster.node.auth import write_token_file
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
-from store.config import CorruptionPolicy
+from store.config import CorruptionPolicy, CrashModel, FlushMode
 
 HOST = "127.0.0.1"
 STOP_TIMEOUT_S = 30.0
@@ -59,6 +61,8 @@ def spec_to_dict(spec: NodeSpec) -> dict[str, Any]:
 def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     d = dict(d)
     d["role"] = Role(d["role"])
+    d["flush"] = FlushMode(d["flush"])
+    d["crash_model"] = CrashModel(d["crash_model"])
     d["slave_ahead_policy"] = SlaveAheadPolicy(d["slave_ahead_policy"])
     d["ha_ship_limit"] = ShipLimit(d["ha_ship_limit"])
     d["corruption_policy"] = CorruptionPolicy(d.get("corruption_policy", "refuse"))
@@ -157,6 +161,7 @@ class LocalBackend(ClusterDir):
         proxy = state["proxies"].get(name)
         if proxy is not None and proxy["pid"] is not None and proc_state(_pid(proxy)) == "gone":
             self._start_proxy(state, name)  # someone ended it: the link comes back as it was
+        self._power_cut(state, name)  # it died since (a crash failpoint), or was killed
         ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
         # A master repairs from its slaves (a slave from its master, by default).
         peers = tuple(v["address"] for k, v in state["nodes"].items()
@@ -181,27 +186,11 @@ class LocalBackend(ClusterDir):
     def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
         n = state["nodes"][name]
         proc = _pid(n)
-        with grpc.insecure_channel(n["address"]) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if proc_state(proc) == "gone":
-                    refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
-                    if refused:
-                        raise BackendError(f"node {name} refused to start: {refused}")
-                    raise BackendError(f"node {name} exited during start; its log says: "
-                                       f"{_tail(self._path('nodes', name, 'node.log'))}")
-                try:
-                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise BackendError(
-                        f"node {name} did not become healthy in time: nothing answered a "
-                        f"health check at {n['address']}, the address the cluster gave it "
-                        f"(--listen); see {self._path('nodes', name, 'node.log')}")
-                time.sleep(0.05)
+        log_path = self._path("nodes", name, "node.log")
+        self._wait_serving(
+            name, n["address"], deadline, see=log_path,
+            exit_output=lambda: (f"its log says: {_tail(log_path)}"
+                                 if proc_state(proc) == "gone" else None))
 
     # --------------------------------------------------------------- query
     def _info(self, state: dict[str, Any], name: str) -> NodeInfo:
@@ -237,6 +226,7 @@ class LocalBackend(ClusterDir):
             send_signal(proc, signal.SIGKILL)
             if not wait_state(proc, {"gone"}, 10):
                 raise BackendError(f"node {name} (pid {proc.pid}) did not die after SIGKILL")
+            self._power_cut(state, name)
 
     def stop(self, name: str) -> None:
         with self._locked():
@@ -344,6 +334,7 @@ class LocalBackend(ClusterDir):
                     self._stop_proc(name, proc)
                 except BackendError as exc:
                     errors.append(str(exc))
+            self._power_cut(state, name)  # one that had died, or would not stop
         for p in state["proxies"].values():
             proc = _pid(p)
             send_signal(proc, signal.SIGTERM)

@@ -11,12 +11,17 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from cluster.backends.interface import BackendError, NodeInfo
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
-from store.config import CorruptionPolicy
+from store.config import CorruptionPolicy, CrashModel
+from store.durable_mark import PowerCut, power_cut
 from store.failpoints import Failpoints, FailpointSpecError
 
 STATE_FILE = "cluster.json"
@@ -119,9 +124,56 @@ class ClusterDir:
             self._spec_changed(entry)
             self._save(state)
 
+    def _wait_serving(self, name: str, address: str, deadline: float, *,
+                      exit_output: Callable[[], str | None], see: str) -> None:
+        """Until node `name`'s gRPC health service answers SERVING at
+        `address` (what a container's health check asks, without waiting for
+        Docker's interval). `exit_output()` is None while the node runs, else
+        what it left to read (a log tail); `see` says where to look next."""
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                output = exit_output()
+                if output is not None:
+                    refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
+                    if refused:
+                        raise BackendError(f"node {name} refused to start: {refused}")
+                    raise BackendError(f"node {name} exited during start; {output}")
+                try:
+                    resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"node {name} did not become healthy in time: nothing answered a "
+                        f"health check at {address}, the address the cluster gave it "
+                        f"(--listen); see {see}")
+                time.sleep(0.05)
+
     def _spec_changed(self, entry: dict[str, Any]) -> None:
         """A node's command line changed; a backend that must recreate
         something at the next start says so here (under the lock)."""
+
+    def _power_cut(self, state: dict[str, Any], name: str) -> PowerCut | None:
+        """A node that died (killed, or crashed at a failpoint) under the
+        power crash model: leave its store as a power cut would, before it
+        restarts or anyone reads it — every byte no completed fsync covered
+        is discarded (store/durable_mark.py). Call with the node's process
+        gone. A cut removes the mark, so it happens once per death: a later
+        call (the next start after a kill) leaves alone what was written
+        since (a torn-tail or bit-flip step on the stopped node). Nothing
+        for a node that closed cleanly. The node's log says what was cut."""
+        spec = state["nodes"][name]["spec"]
+        if spec.get("crash_model", CrashModel.POWER.value) != CrashModel.POWER.value:
+            return None
+        cut = power_cut(self._path("nodes", name, "data"))
+        if cut.applied:
+            with contextlib.suppress(OSError), \
+                    open(self._path("nodes", name, "node.log"), "a") as f:
+                f.write(f"---- dlab cluster: {cut.describe()}\n")
+        return cut
 
     def _save(self, state: dict[str, Any]) -> None:
         tmp = self._path(STATE_FILE + ".tmp")

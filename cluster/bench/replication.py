@@ -254,8 +254,8 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
     (disk_s, disk_cpu), (recycled_s, _), held = _baseline_write_fsync(
         commitlog, total, chunk_bytes, os.path.join(work, "raw"))
     extra = ("--ha-batch-bytes", str(batch_bytes), "--ha-window-bytes", str(window_bytes))
-    common: dict[str, Any] = dict(flush=flush, segment_size_bytes=SEGMENT_BYTES,
-                                  crash_model="power", extra_args=extra)
+    common: dict[str, Any] = dict(flush=FlushMode(flush), segment_size_bytes=SEGMENT_BYTES,
+                                  crash_model=CrashModel.POWER, extra_args=extra)
     token = generate_token()
     backend = LocalBackend()
     # The master alone first; the slave is started below so that its whole
@@ -494,8 +494,8 @@ def bench_sync_master(count_1: int, count_64: int, clients: int, body_size: int,
         echo_n, echo_cpu = asyncio.run(_echo_rate(addr, peer_pid, clients, count_64, body_size))
         unary_echo_n = asyncio.run(_unary_echo_rate(addr, clients, count_64 // 4, body_size))
     backend = LocalBackend()
-    common: dict[str, Any] = dict(flush="SYNC_FLUSH", segment_size_bytes=SEGMENT_BYTES,
-                                  crash_model="power")
+    common: dict[str, Any] = dict(flush=FlushMode.SYNC_FLUSH, segment_size_bytes=SEGMENT_BYTES,
+                                  crash_model=CrashModel.POWER)
     spec = ClusterSpec(directory=os.path.join(work, "cluster"),
                        master=NodeSpec(name="master", role=Role.SYNC_MASTER, **common),
                        slaves=(NodeSpec(name="slave1", role=Role.SLAVE, **common),))

@@ -1,7 +1,7 @@
 """The command-line machinery, and the commands of the cluster layer and
 below. Each area registers its own subcommands (store/cli.py,
-store/bench.py, cluster/cli/commands.py, ...), so this module only wires them
-together and turns expected errors into one clear line and exit code 2
+store/bench.py, cluster/cli/commands.py, ...), so this module only wires
+them together and turns expected errors into one clear line and exit code 2
 instead of a traceback.
 
 `dlab` (the console script) is chaos/cli.py: these commands plus the chaos

@@ -166,7 +166,9 @@ class Consumer:
                  failover_backoff_ms: int = 1_000, failover_backoff_max_ms: int = 5_000,
                  timeout_s: float = 5.0,
                  channel_options: Sequence[tuple[str, Any]] = (),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] | None = None,
+                 stubs: Callable[[str], Any] | None = None) -> None:
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         if not self.targets or not all(self.targets):
             raise ConsumerError("no target: give the master's HOST:PORT (then its slaves', "
@@ -208,9 +210,14 @@ class Consumer:
         self.timeout_s = timeout_s
         self._channel_options = [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS, *channel_options]
         self._clock = clock
+        # Wall time of a delivery, and a broker stub per target: a
+        # simulation passes its own (ha/transport.py's MemoryNetwork.stub);
+        # by default the system clock and a grpc.aio channel per target.
+        self._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+        self._stub_factory = stubs
         self._metadata = token_metadata(token)
         self._channels: list[grpc.aio.Channel] = []
-        self._stubs: list[broker_pb2_grpc.BrokerStub] = []
+        self._stubs: list[Any] = []  # broker_pb2_grpc.BrokerStub or its twin
         self._down_until = [0.0] * len(self.targets)
         self._failures = [0] * len(self.targets)  # consecutive failed calls per target
         self.unavailable: str | None = None  # why the last round reached no node
@@ -230,6 +237,10 @@ class Consumer:
     def _ensure_channels(self) -> None:
         # Made on first use, inside the running loop (grpc.aio binds a
         # channel to the loop it is made in).
+        if self._stub_factory is not None:
+            if not self._stubs:
+                self._stubs = [self._stub_factory(t) for t in self.targets]
+            return
         if not self._channels:
             self._channels = [grpc.aio.insecure_channel(t, options=self._channel_options)
                               for t in self.targets]
@@ -382,7 +393,7 @@ class Consumer:
                 self.corrections += 1
                 self._dirty = True
             return []
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self._wall_ms()
         out = []
         for m in resp.messages:
             assert m.queue_offset >= offset, "the node served messages before the pull offset"

@@ -25,12 +25,15 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
 from ha.credentials import TOKEN_METADATA_KEY
-from proto import broker_pb2, broker_pb2_grpc
+from ha.transport import grpc_stub
+from proto import broker_pb2
 from store.names import queue_id_problem, topic_problem
 from store.status import GetMessageStatus
 from store.store import MessageStore
@@ -146,37 +149,49 @@ class OffsetSyncState:
 
 
 async def sync_from_master(store: MessageStore, master: str, token: str,
-                           interval_s: float, state: OffsetSyncState) -> None:
+                           interval_s: float, state: OffsetSyncState, *,
+                           stub: Any | None = None,
+                           wall_ms: Callable[[], int] | None = None) -> None:
     """A slave's loop: every `interval_s`, copy the master's offset table
-    over its own and persist it when that changed anything."""
-    async with grpc.aio.insecure_channel(master) as channel:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                resp = await stub.GetConsumerOffsets(
-                    broker_pb2.ConsumerOffsetsRequest(),
-                    metadata=((TOKEN_METADATA_KEY, token),), timeout=5)
-                table = parse_table(resp.table_json)
-            except (grpc.aio.AioRpcError, ValueError) as exc:
-                detail = (f"{exc.code().name}: {exc.details()}"
-                          if isinstance(exc, grpc.aio.AioRpcError) else str(exc))
-                if detail != state.last_error:
-                    log.info("consumer offset sync from %s failed: %s", master, detail)
-                state.last_error = detail
-                continue
-            state.syncs += 1
-            state.last_sync_ms = time.time_ns() // 1_000_000
-            state.last_error = ""
-            mine = store.consumer_offsets.snapshot()
-            merged = merge_from_master(mine, table)
-            if merged != mine:
-                store.consumer_offsets.replace_all(merged)
-                state.changes += 1
-                try:
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, store.consumer_offsets.persist)
-                except OSError as exc:  # the table stays dirty: the store's persist retries
-                    state.last_error = f"persist failed: {exc}"
-                    log.warning("persisting the synced offset table failed: %s", exc)
+    over its own and persist it when that changed anything. The call goes
+    over a grpc.aio channel to `master`, or through `stub` (a broker stub
+    of the transport seam, ha/transport.py: the in-memory network's in a
+    simulation)."""
+    if stub is None:
+        async with grpc_stub(master) as real:
+            await _sync_loop(store, real, master, token, interval_s, state, wall_ms)
+    else:
+        await _sync_loop(store, stub, master, token, interval_s, state, wall_ms)
 
+
+async def _sync_loop(store: MessageStore, stub: Any, master: str, token: str,
+                     interval_s: float, state: OffsetSyncState,
+                     wall_ms: Callable[[], int] | None) -> None:
+    now_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            resp = await stub.GetConsumerOffsets(
+                broker_pb2.ConsumerOffsetsRequest(),
+                metadata=((TOKEN_METADATA_KEY, token),), timeout=5)
+            table = parse_table(resp.table_json)
+        except (grpc.aio.AioRpcError, ValueError) as exc:
+            detail = (f"{exc.code().name}: {exc.details()}"
+                      if isinstance(exc, grpc.aio.AioRpcError) else str(exc))
+            if detail != state.last_error:
+                log.info("consumer offset sync from %s failed: %s", master, detail)
+            state.last_error = detail
+            continue
+        state.syncs += 1
+        state.last_sync_ms = now_ms()
+        state.last_error = ""
+        mine = store.consumer_offsets.snapshot()
+        merged = merge_from_master(mine, table)
+        if merged != mine:
+            store.consumer_offsets.replace_all(merged)
+            state.changes += 1
+            try:
+                await store.run_io(store.consumer_offsets.persist)
+            except OSError as exc:  # the table stays dirty: the store's persist retries
+                state.last_error = f"persist failed: {exc}"
+                log.warning("persisting the synced offset table failed: %s", exc)

@@ -5,8 +5,10 @@ The store must only be touched from the event loop thread (its flusher and
 group commit hand results back to the loop), so everything here is
 coroutines and callbacks on one loop.
 
-Put path (masters). Sends arriving in one loop tick are appended together
-(one CommitLog append, one wake-up of the HA shippers); then the flush wait
+Put path (masters). The node checks a put (role, shutdown), then hands it
+to the store's put path (store/put_path.py: sends arriving in one loop tick
+are appended together, one CommitLog append), which calls back
+Node._answer_when_kept: one wake-up of the HA shippers, then the flush wait
 (store.wait_flushed: group commit under SYNC_FLUSH, nothing under
 ASYNC_FLUSH) and, on a SYNC_MASTER, the replica wait run in parallel, and
 each message gets the worse of its two outcomes (store.status.worse):
@@ -53,6 +55,8 @@ from store.config import ConfigError, CorruptionPolicy, StoreConfig
 from store.disk import Disk
 from store.failpoints import Failpoints
 from store.flush_executor import FlushExecutor
+from store.put_path import PutBatch
+from store.put_path import flush_status as store_flush_status
 from store.record import CorruptRecordError, Message
 from store.status import PutResult, PutStatus, worse
 from store.store import MessageStore
@@ -144,8 +148,6 @@ class Node:
         self.port = 0
         self._health = health.aio.HealthServicer()
         self._stopping = False
-        self._open_batch: _Batch | None = None
-        self._unanswered: set[_Batch] = set()  # appended, waiting for their promises
         self._send_sessions: set[SendSession] = set()
         self._offset_sync: asyncio.Task[None] | None = None
         self._offset_sync_state: consume_service.OffsetSyncState | None = None
@@ -167,6 +169,7 @@ class Node:
                                        failpoints=self.failpoints, repair_source=source,
                                        executor=self.executor, disk=self.disk)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
+        self.store.puts.answer = self._answer_when_kept
         await self.store.start()
         if self.network is not None:
             self._start_in_memory(self.network)
@@ -216,12 +219,14 @@ class Node:
                         ", ".join(sorted(store_cfg.emulate)))
 
     def _start_in_memory(self, network: MemoryNetwork) -> None:
-        """HA over `network` instead of gRPC. (A slave's consumer offset
-        copy is a gRPC client call with no in-memory twin yet: not run.)"""
+        """HA and the broker's unary calls over `network` instead of gRPC
+        (ha/transport.py); a slave copies its master's consumer offsets
+        through the network's stub."""
         cfg = self.config
         store = self.store
         assert store is not None
         self.port = int(cfg.listen.rpartition(":")[2])
+        network.serve_calls(cfg.listen, BrokerServicer(self), token=cfg.token)
         if self.role != Role.SLAVE:
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
@@ -233,6 +238,12 @@ class Node:
                                     failpoints=self.failpoints,
                                     connector=network.connector(cfg.listen))
             self.ha_slave.start()
+            self._offset_sync_state = consume_service.OffsetSyncState()
+            self._offset_sync = asyncio.get_running_loop().create_task(
+                consume_service.sync_from_master(
+                    store, cfg.master, cfg.token, cfg.consumer_offset_sync_interval_ms / 1000,
+                    self._offset_sync_state, stub=network.stub(cfg.listen, cfg.master),
+                    wall_ms=self.clock.wall_ms))
 
     async def stop(self) -> None:
         """Clean shutdown: stop accepting, finish in-flight calls, stop HA,
@@ -247,6 +258,8 @@ class Node:
             session.close(f"node {self.config.name} is shutting down; send again once it "
                           "is back (results not received are indeterminate)")
         await self._health.enter_graceful_shutdown()
+        if self.network is not None:
+            self.network.unserve_calls(self.config.listen)
         if self.ha_slave is not None:
             await self.ha_slave.stop()
         if self.ha_master is not None:
@@ -262,7 +275,8 @@ class Node:
         # Puts still waiting for their flush or replica (each wait ends by
         # its own timeout at the latest): answered before the store closes.
         deadline = self.clock.monotonic() + 30
-        while self._unanswered and self.clock.monotonic() < deadline:
+        while (self.store is not None and self.store.puts.unanswered
+               and self.clock.monotonic() < deadline):
             await asyncio.sleep(0.01)
         if self.store is not None:
             await self.store.close()
@@ -305,17 +319,7 @@ class Node:
                                                detail="node is shutting down")
                                      for m in messages])
             return
-        if not messages:
-            loop.call_soon(on_done, [])
-            return
-        batch = self._open_batch
-        if batch is None:
-            batch = self._open_batch = _Batch()
-            self.store.batches_pending += 1  # group commit: more puts are coming
-            loop.call_soon(self._drain, batch)
-        start = len(batch.messages)
-        batch.messages.extend(messages)
-        batch.waiters.append((start, len(batch.messages), on_done))
+        self.store.puts.submit(messages, on_done)
 
     async def serve_send_stream(self, context: grpc.aio.ServicerContext) -> End | None:
         """One SendStream call (cluster/node/send_stream.py); returns the status
@@ -330,34 +334,10 @@ class Node:
         finally:
             self._send_sessions.discard(session)
 
-    def _drain(self, batch: _Batch) -> None:
-        self._open_batch = None
-        store = self.store
-        assert store is not None
-        store.batches_pending -= 1
-        try:
-            results = store.append(batch.messages)
-        except Exception as exc:  # a bug: answer the batch, never leave it hanging
-            log.error("append failed", exc_info=exc)
-            batch.deliver([PutResult(PutStatus.UNKNOWN_ERROR, msg_id=m.msg_id, detail=str(exc))
-                           for m in batch.messages])
-            return
-        if self.ha_master is not None:
-            self.ha_master.notify_appended()
-        try:
-            self._answer_when_kept(batch, results)
-        except Exception as exc:
-            self._put_path_failed(batch, results, exc)
-
-    def _put_path_failed(self, batch: _Batch, results: list[PutResult], exc: Exception) -> None:
-        # A bug must not leave producers hanging.
-        log.error("put path failed", exc_info=exc)
-        batch.deliver([r._replace(status=PutStatus.UNKNOWN_ERROR, detail=str(exc))
-                       if r.status is PutStatus.PUT_OK else r for r in results])
-        self._unanswered.discard(batch)
-
-    def _answer_when_kept(self, batch: _Batch, results: list[PutResult]) -> None:
-        """Answer the batch's submitters as the mode promises: after the
+    def _answer_when_kept(self, batch: PutBatch, results: list[PutResult]) -> None:
+        """The store's put path answers a batch with this once it is
+        appended (store/put_path.py). Wakes the HA shippers, then answers
+        the batch's submitters as the mode promises: after the
         flush wait and the replica wait, run in parallel (the worse status
         wins). A submitter none of whose puts waits for a slave (refused
         SLAVE_NOT_AVAILABLE, or failed) is answered once the flush wait is
@@ -366,11 +346,12 @@ class Node:
         iteration)."""
         store = self.store
         assert store is not None
+        if self.ha_master is not None:
+            self.ha_master.notify_appended()
         ok = [r for r in results if r.status is PutStatus.PUT_OK]
         if not ok:
             batch.deliver(results)
             return
-        self._unanswered.add(batch)
         end = max(r.end for r in ok)
         ha = self.ha_master if self.role == Role.SYNC_MASTER else None
         replica_ok: dict[int, bool] = {}
@@ -387,9 +368,8 @@ class Node:
         def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
             try:
                 batch.deliver(self._statuses(results, flush_status, replica_status, replica_ok))
-                self._unanswered.discard(batch)
             except Exception as exc:
-                self._put_path_failed(batch, results, exc)
+                batch.fail(results, exc)
 
         def flushed(flush_status: PutStatus) -> None:
             try:
@@ -407,7 +387,7 @@ class Node:
                         flush_status, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled()
                         else f.result()))
             except Exception as exc:
-                self._put_path_failed(batch, results, exc)
+                batch.fail(results, exc)
 
         store.on_flushed(end, flushed)
 
@@ -423,9 +403,7 @@ class Node:
             if r.status is not PutStatus.PUT_OK:
                 out.append(r)
                 continue
-            fs = flush_status
-            if fs is PutStatus.FLUSH_DISK_TIMEOUT and flushed >= r.end:
-                fs = PutStatus.PUT_OK
+            fs = store_flush_status(r, flush_status, flushed)
             rs = PutStatus.PUT_OK
             if ha is not None:
                 if not replica_ok[r.offset]:
@@ -450,10 +428,8 @@ class Node:
         if status is PutStatus.FLUSH_SLAVE_TIMEOUT:
             return (f"stored on the master; no slave acknowledged it within "
                     f"{cfg.ha.slave_timeout_ms} ms")
-        if status is PutStatus.FLUSH_DISK_TIMEOUT:
-            return (f"appended, but not flushed within {cfg.store.sync_flush_timeout_ms} ms")
         assert self.store is not None
-        return self.store.log.failed or status.value
+        return self.store.puts.explain(status)
 
     # ---------------------------------------------------------------- status
     def status(self) -> broker_pb2.NodeStatus:
@@ -514,34 +490,6 @@ class Node:
 
 class NodeStartError(RuntimeError):
     """The node cannot start; the message says why and what to do."""
-
-
-class _Batch:
-    """The puts submitted in one loop tick: appended together, then each
-    submitter gets its slice of the results, once."""
-
-    __slots__ = ("messages", "waiters")
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        # (start, end, on_done) per submitter not answered yet.
-        self.waiters: list[tuple[int, int, Callable[[list[PutResult]], object]]] = []
-
-    def deliver(self, results: list[PutResult],
-                only: Callable[[list[PutResult]], bool] | None = None) -> None:
-        """Answer every submitter still waiting (or only those whose slice
-        `only` accepts) with its slice of `results`."""
-        waiting = []
-        for start, end, on_done in self.waiters:
-            mine = results[start:end]
-            if only is not None and not only(mine):
-                waiting.append((start, end, on_done))
-                continue
-            try:
-                on_done(mine)
-            except Exception:  # one submitter's bug must not keep the others waiting
-                log.exception("a put's result callback failed")
-        self.waiters = waiting
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServicer):

@@ -27,7 +27,6 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple, PyTyp
 const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
 const V4_FIXED: usize = 88;
 const MIN_SIZE: usize = V4_FIXED + 3;
-const BLANK_SIZE: usize = 8;
 const V6_FLAGS: i32 = (1 << 4) | (1 << 5);
 const MAX_PROPERTIES: usize = 32767;
 const UNIQ_KEY: &str = "UNIQ_KEY";
@@ -258,7 +257,9 @@ fn parts<'py>(py: Python<'py>, msg: &Bound<'py, PyTuple>, max_body: usize,
 ///
 /// Encode messages[start:] (store.record.Message tuples) as records at `pos`
 /// into the bytearray `buf` from index `at`, while each is an ordinary
-/// all-IPv4 message that fits before `limit` with room for a blank. For each:
+/// all-IPv4 message that ends at or before `limit` (the placement limit,
+/// store/placement.py end_limit: the segment's end less room for a blank;
+/// the caller rolls). For each:
 /// bump queue_offsets[(topic, queue_id)], append
 /// result_type(ok_status, offset, size, msg_id, store_ts, "") to `results`
 /// (`result_type` is a tuple subclass of six fields, store.status.PutResult;
@@ -374,7 +375,7 @@ fn encode_into<'py>(
             let body = p.body.as_bytes();
             let topic_bytes = p.topic.to_str()?.as_bytes();
             let size = V4_FIXED + body.len() + 1 + topic_bytes.len() + 2 + props.len();
-            if at + (size + BLANK_SIZE) as i64 > limit {
+            if at + size as i64 > limit {
                 break;
             }
             if enc.at + size > enc.out.len() {
@@ -591,6 +592,9 @@ fn reput_groups<'py>(py: Python<'py>, buf: PyBuffer<u8>, base: i64)
 
 #[pymodule]
 fn dlab_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // What store/native.py expects: 2 since encode_run_into's `limit` is
+    // where a record may end (store/placement.py), not the segment's end.
+    m.add("ABI", 2)?;
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     m.add_function(wrap_pyfunction!(encode_run_into, m)?)?;
     m.add_function(wrap_pyfunction!(reput_groups, m)?)?;

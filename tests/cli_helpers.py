@@ -1,0 +1,24 @@
+"""Running `dlab` as a user does: a subprocess of the command-line entry
+(chaos/cli.py), its output captured."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dlab(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`dlab ARGS...` from the repository root; never raises on its exit code."""
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, cwd=REPO)
+
+
+def ok(*args: str) -> str:
+    """`dlab ARGS...` must succeed without a traceback; its stdout."""
+    r = dlab(*args)
+    assert r.returncode == 0, f"dlab {' '.join(args)}: {r.stderr}"
+    assert "Traceback" not in r.stderr
+    return r.stdout
