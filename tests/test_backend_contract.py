@@ -68,7 +68,11 @@ def cluster(request: pytest.FixtureRequest, tmp_path: str) -> Iterator[Cluster]:
     infos = backend.up(spec(directory, role=Role.SYNC_MASTER), token=token, timeout_s=90)
     assert [i.name for i in infos] == ["master", "slave1"]
     try:
-        yield Cluster(backend, token, directory)
+        c = Cluster(backend, token, directory)
+        # `up` promises serving nodes, not a connected stream: a SYNC_MASTER
+        # put before the slave's first report is SLAVE_NOT_AVAILABLE.
+        wait_until(lambda: c.slave_state() == "connected", 30, "replication")
+        yield c
     finally:
         with contextlib.suppress(BackendError):  # a test may have brought it down
             backend.down()
