@@ -306,6 +306,7 @@ class ComposeBackend(ClusterDir):
                 deadline = time.monotonic() + timeout_s
                 for ns in spec.nodes:
                     self._wait_healthy(state, ns.name, deadline)
+                self._wait_replicating(state, deadline)
             except BaseException:
                 with contextlib.suppress(BackendError):
                     self._down_locked(state)

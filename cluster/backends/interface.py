@@ -133,7 +133,8 @@ class BackendError(RuntimeError):
 
 class ClusterBackend(Protocol):
     """Operations every backend provides. Methods block until done: `up`
-    returns when every node answers its health check; `kill` when the
+    returns when every node answers its health check and every slave's
+    replication stream is connected; `kill` when the
     process is gone; `pause` when it is stopped; `restart`/`start` when the
     node is healthy again (recovery done)."""
 

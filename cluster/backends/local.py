@@ -130,6 +130,7 @@ class LocalBackend(ClusterDir):
                 deadline = time.monotonic() + timeout_s
                 for ns in spec.nodes:
                     self._wait_healthy(state, ns.name, deadline)
+                self._wait_replicating(state, deadline)
             except BaseException:
                 self._save(state)
                 self._down_locked(state)

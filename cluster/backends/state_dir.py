@@ -20,6 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
+from ha.credentials import token_metadata
+from proto import broker_pb2, broker_pb2_grpc
 from store.config import CorruptionPolicy, CrashModel
 from store.durable_mark import PowerCut, power_cut
 from store.failpoints import Failpoints, FailpointSpecError
@@ -151,6 +153,40 @@ class ClusterDir:
                         f"health check at {address}, the address the cluster gave it "
                         f"(--listen); see {see}")
                 time.sleep(0.05)
+
+    def _wait_replicating(self, state: dict[str, Any], deadline: float) -> None:
+        """Until the master reports every slave's replication stream
+        connected, so `up` hands over a cluster whose first SYNC_MASTER put
+        can be PUT_OK (before a slave's first report it is
+        SLAVE_NOT_AVAILABLE). Call once every node serves."""
+        master = state["master"]
+        slaves = [n for n in state["nodes"] if n != master]
+        if not slaves:
+            return
+        metadata = token_metadata(read_token_file(self._path("token")))
+        waiting, last = slaves, "no status yet"
+        with grpc.insecure_channel(state["nodes"][master]["address"]) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            while True:
+                try:
+                    status = stub.Status(broker_pb2.StatusRequest(), timeout=2.0,
+                                         metadata=metadata)
+                    links = {link.slave: link for link in status.slaves}
+                    waiting = [n for n in slaves
+                               if n not in links or links[n].state != "connected"]
+                    if not waiting:
+                        return
+                    last = "; ".join(f"{n}: {links[n].state} {links[n].detail}".strip()
+                                     if n in links else f"{n}: never reported"
+                                     for n in waiting)
+                except grpc.RpcError as exc:
+                    last = f"the master's status call failed: {exc.code().name}"
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"every node serves, but {', '.join(waiting)} did not connect to the "
+                        f"master {master} in time ({last}); see "
+                        f"{', '.join(self._path('nodes', n, 'node.log') for n in waiting)}")
+                time.sleep(0.02)
 
     def _spec_changed(self, entry: dict[str, Any]) -> None:
         """A node's command line changed; a backend that must recreate
