@@ -176,9 +176,12 @@ CORPUS: tuple[Bug, ...] = (
         # 20 ms, so its tail is on disk before the truncation (a SIGKILL under
         # the power model loses what was not written: the stale tail must be
         # in the file, as RocketMQ's mapped bytes are in the page cache), and
-        # reconnects within 0.2 s, before the restarted master passes it.
+        # reconnects within 20 ms, before the restarted master passes its end
+        # (a slave that reconnects later is not seen as ahead; its stale tail
+        # diverges without the switch too).
         master_args=("--flush-least-pages", "1024", "--flush-thorough-interval-ms", "1000"),
-        slave_args=("--ha-reconnect-max-ms", "200", "--flush-least-pages", "0",
+        slave_args=("--ha-reconnect-min-ms", "1", "--ha-reconnect-max-ms", "20",
+                    "--flush-least-pages", "0",
                     "--flush-interval-ms", "20"),
         workload=WorkloadConfig(producers=4, rate_per_s=50.0),
         expected="divergent_records",
@@ -214,16 +217,9 @@ def get(bug_id: str) -> Bug:
         raise KeyError(f"unknown bug {bug_id!r}; known: {', '.join(BY_ID)}") from None
 
 
-# Bugs whose scenario the sim runs but whose check means nothing there.
-SIM_REFUSED = {
-    # docs/known-bugs.md, "Catch rate and false positives (simulated
-    # backend)": 6/6 false positives with the local tuning; with a slave
-    # retrying within 2 ms and 4 x 5/s still 3 % (measured over 200 seeds).
-    RMQ_10666: "its check gives false positives there: a restarted sim master takes "
-               "puts before the slave's first report, so the truncate policy cuts at "
-               "its end by then, inside a slave record, and the logs diverge without "
-               "the switch too (docs/known-bugs.md); use --backend local",
-}
+# Bugs whose scenario the sim runs but whose check means nothing there
+# (none today; a bug goes here with the reason, shown to the user).
+SIM_REFUSED: dict[str, str] = {}
 
 
 def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:

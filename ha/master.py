@@ -96,6 +96,9 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                  failpoints: Failpoints) -> None:
         self.store = store
         self.log = store.log
+        # Built before the node serves puts: its end now is its recovered
+        # end, where this process's own writes begin.
+        self.began_at = store.log.wrote
         self.config = config
         self.clock = clock
         self.failpoints = failpoints
@@ -256,7 +259,8 @@ class HAMaster(ha_pb2_grpc.HAServicer):
 
     def _open_stream(self, first: ha_pb2.Report, peer: str) -> _Stream:
         name = first.slave
-        session = MasterSession(name, self.config, now_s=self.clock.monotonic())
+        session = MasterSession(name, self.config, now_s=self.clock.monotonic(),
+                                began_at=self.began_at)
         link = self.links.get(name) or SlaveLinkState(slave=name)
         self.links[name] = link
         link.peer, link.sessions = peer, link.sessions + 1

@@ -65,7 +65,8 @@ class Close:
 
 @dataclass(frozen=True)
 class SendTruncate:
-    """Tell the slave to cut its log at `offset` (the master's max offset)."""
+    """Tell the slave to cut its log at `offset`: where the master's own writes
+    began (its end when it opened), or its max offset when that is lower."""
 
     offset: int
     reason: str
@@ -83,9 +84,16 @@ MasterDecision = Accept | Ignore | Close | SendTruncate
 
 
 class MasterSession:
-    def __init__(self, slave: str, config: HAConfig, *, now_s: float) -> None:
+    def __init__(self, slave: str, config: HAConfig, *, now_s: float,
+                 began_at: int | None = None) -> None:
         self.slave = slave
         self.config = config
+        # Where this master process's own writes began (its store's end when
+        # it opened; None: unknown). A slave ahead of the master's end has
+        # never followed this process (it would not be ahead), so its bytes
+        # past that point came from an earlier master process and are not
+        # this master's: `truncate` cuts there.
+        self.began_at = began_at
         self.acked: int | None = None  # None until the first accepted report
         self.shipped: int | None = None
         self.truncate_to: int | None = None  # sent, not yet confirmed
@@ -155,9 +163,17 @@ class MasterSession:
                                       f"{ahead} bytes ahead of this master ({master_wrote}); "
                                       "slave_ahead_policy=reject keeps both logs as they are")
             if policy == SlaveAheadPolicy.TRUNCATE:
+                # The fork point: what this master wrote since it opened is
+                # not what the slave holds there. Cutting at master_wrote
+                # instead would keep the slave's stale bytes below it (and
+                # land inside one of its records) once the master has taken
+                # puts before the slave's first report.
+                cut = master_wrote if self.began_at is None else min(master_wrote,
+                                                                      self.began_at)
                 self.acked = offset
-                self.truncate_to = master_wrote
-                return SendTruncate(master_wrote, f"slave {ahead} bytes ahead of the master")
+                self.truncate_to = cut
+                return SendTruncate(cut, f"slave {ahead} bytes ahead of the master; "
+                                         f"cut at {cut}")
             self.ahead_trusted = True  # TRUST: believe it, as RocketMQ <= 4.9.2 does
         elif offset < master_min:
             return Close("protocol", f"slave at {offset} is below this master's first "

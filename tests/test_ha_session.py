@@ -112,6 +112,21 @@ def test_slave_ahead_truncate_waits_for_the_cut_before_shipping() -> None:
     assert s.established and s.next_ship(limit=6000) == Ship(5000, 1000)
 
 
+def test_truncate_cuts_where_the_masters_own_writes_began() -> None:
+    truncate = CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE)
+    # Ahead of the master's end, which took puts (5000 -> 6000) before the
+    # slave's first report: the fork is where the master began, not its end.
+    s = MasterSession("s1", truncate, now_s=0.0, began_at=5000)
+    d = s.on_report(9000, master_wrote=6000, master_min=0, now_s=0.0)
+    assert isinstance(d, SendTruncate) and d.offset == 5000
+    assert s.on_report(5000, master_wrote=6000, master_min=0, now_s=0.1) == Accept(5000)
+    assert s.next_ship(limit=6000) == Ship(5000, 1000)
+    # "Ahead" is still judged by the master's end alone (classic HA): a
+    # slave behind it is taken at its word.
+    assert MasterSession("s1", truncate, now_s=0.0, began_at=5000).on_report(
+        5500, master_wrote=7000, master_min=0, now_s=0.0) == Accept(5500)
+
+
 def test_truncate_confirmed_at_the_wrong_offset_is_a_protocol_error() -> None:
     s = MasterSession("s1", CFG.with_(slave_ahead_policy=SlaveAheadPolicy.TRUNCATE), now_s=0.0)
     s.on_report(9000, master_wrote=5000, master_min=0, now_s=0.0)

@@ -31,8 +31,11 @@ from cluster.node.role import Role
 from ha.config import SlaveAheadPolicy
 
 
-def _make_slave_ahead(b: LocalBackend, tok: str) -> tuple[int, int]:
-    """Returns (master offset after recovery, slave offset)."""
+def _make_slave_ahead(b: LocalBackend, tok: str, *, slave_down: bool = False
+                      ) -> tuple[int, int]:
+    """Returns (master offset after recovery, slave offset). With
+    `slave_down` the slave is stopped (cleanly) before the master's kill and
+    left down."""
     wait_connected(b, tok)
     assert {o.status for o in send_n(b, tok, 20, prefix="A")} == {"PUT_OK"}
     b.restart("master")  # clean: A is flushed
@@ -44,6 +47,8 @@ def _make_slave_ahead(b: LocalBackend, tok: str) -> tuple[int, int]:
     wait_until(lambda: status(b, tok, "slave1")["flushed"] == slave_wrote, 10,
                "B on the slave's disk")
     assert status(b, tok, "master")["flushed"] == a_end  # B only in the master's memory
+    if slave_down:
+        b.stop("slave1")
     b.kill("master")
     b.start("master")
     master_wrote = status(b, tok, "master")["wrote"]
@@ -104,6 +109,32 @@ def test_truncate_cuts_the_slave_to_the_master_and_resumes(tmp_path: str) -> Non
         m = commitlog_bytes(b.node("master").data_dir)
         s = commitlog_bytes(b.node("slave1").data_dir)
         assert m == s  # B is gone from the slave; C follows A on both
+
+
+def test_truncate_cuts_where_the_restarted_master_began_when_it_took_puts_first(
+        tmp_path: str) -> None:
+    """The restarted master takes puts (C) before the slave's first report:
+    the slave is still ahead of the master's end, but the fork is where the
+    master's own writes began (its recovered end), not its end at the
+    report. Cut there, the slave drops B and takes C from the master; cut at
+    the master's end, it would keep B's first records where the master holds
+    C (or refuse a cut inside a record)."""
+    with running_cluster(str(tmp_path), policy=SlaveAheadPolicy.TRUNCATE,
+                         master_extra=NO_FLUSH) as (b, tok):
+        master_wrote, slave_wrote = _make_slave_ahead(b, tok, slave_down=True)
+        # With no slave a SYNC_MASTER still appends the put (RocketMQ too).
+        assert {o.status for o in send_n(b, tok, 3, prefix="C")} == {"SLAVE_NOT_AVAILABLE"}
+        assert master_wrote < status(b, tok, "master")["wrote"] < slave_wrote
+        b.start("slave1")
+        wait_until(lambda: status(b, tok, "slave1")["master"]["truncations"] == 1, 20,
+                   "the slave to truncate")
+        wait_connected(b, tok)
+        assert {o.status for o in send_n(b, tok, 5, prefix="D")} == {"PUT_OK"}
+        wait_caught_up(b, tok)
+        b.stop("slave1")
+        b.stop("master")
+        assert commitlog_bytes(b.node("master").data_dir) == \
+            commitlog_bytes(b.node("slave1").data_dir)  # A, C, D on both; B gone
 
 
 def test_truncate_survives_a_slave_kill_right_after_the_cut(tmp_path: str) -> None:

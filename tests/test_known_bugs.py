@@ -206,7 +206,7 @@ def test_every_corpus_entry_has_a_switch_and_unknown_ids_are_refused() -> None:
 
 # ----------------------------------------------------------- the sim backend
 SIM_BUGS = [b.id for b in bugs.CORPUS if bugs.sim_refusal(b) is None]
-SIM_REFUSED = ("rmq-8239", "rmq-405", "rmq-10666")
+SIM_REFUSED = ("rmq-8239", "rmq-405")
 SIM_SEEDS = (1, 2)
 
 
@@ -216,10 +216,9 @@ def _sim_run(fields: dict[str, Any]) -> str:
 
 def test_the_sim_checks_the_bugs_whose_scenario_it_runs() -> None:
     # Which bugs the sim can check is a claim of docs/known-bugs.md: pin it.
-    assert SIM_BUGS == ["rmq-3349", "rmq-2706", "rmq-3015"]
-    for bug_id in SIM_REFUSED[:2]:
+    assert SIM_BUGS == ["rmq-3349", "rmq-2706", "rmq-3015", "rmq-10666"]
+    for bug_id in SIM_REFUSED:
         assert "delay` failpoint blocks" in (bugs.sim_refusal(bugs.get(bug_id)) or "")
-    assert "false positives" in (bugs.sim_refusal(bugs.get(RMQ_10666)) or "")
 
 
 @pytest.mark.parametrize("bug_id", SIM_BUGS)
@@ -273,8 +272,7 @@ def test_bugs_check_on_the_sim_refuses_a_bug_it_cannot_run(tmp_path: str) -> Non
     cmd = [sys.executable, "-m", "chaos.cli", "chaos", "bugs", "--check", "--backend", "sim",
            "--runs", "1", "--out", str(tmp_path)]
     for bug_id, why in (("rmq-8239", "blocks the flusher thread"),
-                        ("rmq-405", "blocks the reput (dispatch) thread"),
-                        ("rmq-10666", "false positives")):
+                        ("rmq-405", "blocks the reput (dispatch) thread")):
         bad = subprocess.run([*cmd, "--bug", bug_id], capture_output=True, text=True)
         assert bad.returncode == 2, bad.stderr
         assert f"{bug_id} cannot be checked on the sim backend" in bad.stderr
