@@ -127,7 +127,7 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
             parts.append(
                 f"A slave was ahead of {text} in {_plural(len(ahead), 'run')} (up to "
                 f"{int(ahead[f'slave_ahead_at_{when}_bytes'].max()):,} bytes, "
-                f"{int(ahead[f'slave_ahead_at_{when}_messages'].max()):,} messages).")
+                f"{_plural(int(ahead[f'slave_ahead_at_{when}_messages'].max()), 'message')}).")
     div = runs[runs["divergent_records"] > 0]
     if len(div):
         parts.append(f"Master and slave logs held different records at the same offsets in "
