@@ -94,6 +94,11 @@ class CorruptRecordError(ValueError):
         self.detail = detail
 
 
+def _misplaced(phys: int, offset: int) -> str:
+    return (f"the record at offset {offset} names offset {phys} in its PHYSICALOFFSET "
+            "field: its header is damaged, or it is not where the log wrote it")
+
+
 class Message(NamedTuple):
     """What a producer hands the store. `properties` carries UNIQ_KEY.
     A NamedTuple rather than a dataclass: it is built once per put, and
@@ -274,7 +279,7 @@ def decode(
     if size > avail:
         raise CorruptRecordError("truncated", f"record of {size} bytes but {avail} remain")
     if offset is not None and phys != offset:
-        raise CorruptRecordError("position", f"PHYSICALOFFSET {phys} at offset {offset}")
+        raise CorruptRecordError("position", _misplaced(phys, offset))
     end = pos + size
     try:
         p = pos + _HEAD.size
@@ -357,7 +362,7 @@ def verify(buf: bytes | memoryview, pos: int, offset: int) -> tuple[int, int]:
     if size > avail:
         raise CorruptRecordError("truncated", f"record of {size} bytes but {avail} remain")
     if phys != offset:
-        raise CorruptRecordError("position", f"PHYSICALOFFSET {phys} at offset {offset}")
+        raise CorruptRecordError("position", _misplaced(phys, offset))
     body_start = pos + V4_FIXED_SIZE
     body_end = body_start + body_len
     end = pos + size

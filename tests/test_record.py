@@ -315,9 +315,14 @@ def test_flip_in_body_is_a_crc_error_and_in_offset_a_position_error() -> None:
         verify(bytes(raw), 0, 0)
     assert err.value.reason == "crc"
     assert decode(bytes(raw), 0, offset=0, check_crc=False).body != b"payload" * 5
-    with pytest.raises(CorruptRecordError) as err:
-        decode(_VALID, 0, offset=64)
-    assert err.value.reason == "position"
+    for check in (lambda: decode(_VALID, 0, offset=64), lambda: verify(_VALID, 0, 64)):
+        with pytest.raises(CorruptRecordError) as err:
+            check()
+        assert err.value.reason == "position"
+        # Said so a user can act on it: where, what it claims, what that means.
+        assert str(err.value) == ("position: the record at offset 64 names offset 0 in its "
+                                  "PHYSICALOFFSET field: its header is damaged, or it is not "
+                                  "where the log wrote it")
 
 
 def test_ipv6_hosts_decode_through_both_paths() -> None:
