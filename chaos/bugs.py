@@ -224,15 +224,12 @@ SIM_REFUSED: dict[str, str] = {}
 
 def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:
     """Why the sim backend cannot check `bug`, or None when it can."""
-    from chaos.sim import REFUSED_SCENARIOS, SimUnsupportedError, check_supported
+    from chaos.sim import SimUnsupportedError, check_supported
 
     if bug.id in SIM_REFUSED:
         return SIM_REFUSED[bug.id]
-    if bug.scenario in REFUSED_SCENARIOS:
-        return (f"the sim does not run its scenario {bug.scenario}: "
-                f"{REFUSED_SCENARIOS[bug.scenario]}; use --backend local")
     try:
-        check_supported([bug.scenario], crash_model)
+        check_supported(crash_model)
     except SimUnsupportedError as exc:
         return str(exc)
     return None

@@ -1,7 +1,9 @@
 """The simulated cluster of `--backend sim` (chaos/sim.py runs the chaos
 scenarios on it): a master and its slaves on one VirtualTimeLoop, each a
 real Node (cluster/node/server.py) on its own MemoryDisk, HA over one
-MemoryNetwork, flushes inline; and the producers' client calls to it.
+MemoryNetwork, flushes inline (on cooperative tasks for a node with a
+`delay` failpoint armed, so its stalls take virtual time:
+store/cooperative_executor.py); and the producers' client calls to it.
 
 A node's tasks (and the callbacks they schedule) carry its name in a context
 variable (OWNER), so a kill can cancel exactly that node's tasks, and a log
@@ -38,6 +40,7 @@ from chaos.workload import SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.transport import Handler, MasterStream, MemoryNetwork
+from store.cooperative_executor import CooperativeFlushExecutor
 from store.failpoints import Failpoints
 from store.flush_executor import InlineFlushExecutor
 from store.memory_disk import DiskFaults, MemoryDisk
@@ -124,6 +127,8 @@ class SimNode:
     refused: str | None = None
     # The running incarnation's context (OWNER = name): its client calls run in it.
     context: contextvars.Context = field(default_factory=contextvars.Context)
+    # The running incarnation's flush executor.
+    executor: InlineFlushExecutor | CooperativeFlushExecutor | None = None
 
     @property
     def address(self) -> str:
@@ -231,11 +236,20 @@ class SimCluster:
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
         n.calls = {}
-        node = Node(n.config, clock=self.clock,
-                    executor=InlineFlushExecutor(fsync_latency_s=self.fsync_latency),
-                    network=self.network, disk=n.disk)
         spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
-        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name))
+        executor: InlineFlushExecutor | CooperativeFlushExecutor
+        if Failpoints(spec).delays():
+            # A stall must take virtual time and hold back only the work
+            # that hit it (store/cooperative_executor.py); every other node
+            # runs inline, as it always has.
+            executor = CooperativeFlushExecutor(self.loop, fsync_latency_s=self.fsync_latency)
+            stall = executor.stall
+        else:
+            executor, stall = InlineFlushExecutor(fsync_latency_s=self.fsync_latency), None
+        n.executor = executor
+        node = Node(n.config, clock=self.clock, executor=executor,
+                    network=self.network, disk=n.disk)
+        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name), stall=stall)
         ctx = contextvars.copy_context()
         ctx.run(OWNER.set, name)
         n.context = ctx.copy()
@@ -252,7 +266,17 @@ class SimCluster:
         self.resume(name)
         if n.node is not None and n.state is NodeState.RUNNING:
             await n.node.stop()
+        self._end_process(n)
         n.node, n.state = None, NodeState.STOPPED
+
+    @staticmethod
+    def _end_process(n: SimNode) -> None:
+        """The node's process exits: work still stalled on its flush
+        executor (a dispatch pass that outlived a clean close) ends with it,
+        never to resume, as the threads of an exiting process do."""
+        if isinstance(n.executor, CooperativeFlushExecutor):
+            n.executor.abandon()
+        n.executor = None
 
     def kill(self, name: str) -> None:
         """A power cut of the node's machine: its process is gone (tasks
@@ -261,6 +285,7 @@ class SimCluster:
         if n.state is not NodeState.RUNNING:
             return
         parked = self._held.pop(name, [])  # SIGKILL of a stopped process: it never runs again
+        self._end_process(n)
         n.disk = n.disk.crash()
         n.node, n.state = None, NodeState.STOPPED
         calls, n.calls = n.calls, {}
