@@ -127,8 +127,8 @@ class SimNode:
     refused: str | None = None
     # The running incarnation's context (OWNER = name): its client calls run in it.
     context: contextvars.Context = field(default_factory=contextvars.Context)
-    # The running incarnation's flush executor.
-    executor: InlineFlushExecutor | CooperativeFlushExecutor | None = None
+    # The running incarnation's flush executor if it has `delay` failpoints.
+    stalls: CooperativeFlushExecutor | None = None
 
     @property
     def address(self) -> str:
@@ -237,19 +237,14 @@ class SimCluster:
         n.incarnation += 1
         n.calls = {}
         spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
-        executor: InlineFlushExecutor | CooperativeFlushExecutor
-        if Failpoints(spec).delays():
-            # A stall must take virtual time and hold back only the work
-            # that hit it (store/cooperative_executor.py); every other node
-            # runs inline, as it always has.
-            executor = CooperativeFlushExecutor(self.loop, fsync_latency_s=self.fsync_latency)
-            stall = executor.stall
-        else:
-            executor, stall = InlineFlushExecutor(fsync_latency_s=self.fsync_latency), None
-        n.executor = executor
-        node = Node(n.config, clock=self.clock, executor=executor,
-                    network=self.network, disk=n.disk)
-        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name), stall=stall)
+        # Its stalls take virtual time and hold back only the work that hit
+        # them (store/cooperative_executor.py); other nodes run inline.
+        n.stalls = stalls = CooperativeFlushExecutor(
+            self.loop, fsync_latency_s=self.fsync_latency) if Failpoints(spec).delays() else None
+        node = Node(n.config, clock=self.clock, network=self.network, disk=n.disk,
+                    executor=stalls or InlineFlushExecutor(fsync_latency_s=self.fsync_latency))
+        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name),
+                                     stall=stalls.stall if stalls else None)
         ctx = contextvars.copy_context()
         ctx.run(OWNER.set, name)
         n.context = ctx.copy()
@@ -266,17 +261,9 @@ class SimCluster:
         self.resume(name)
         if n.node is not None and n.state is NodeState.RUNNING:
             await n.node.stop()
-        self._end_process(n)
+        if n.stalls is not None:  # the process exits: its stalled threads end with it
+            n.stalls.abandon()
         n.node, n.state = None, NodeState.STOPPED
-
-    @staticmethod
-    def _end_process(n: SimNode) -> None:
-        """The node's process exits: work still stalled on its flush
-        executor (a dispatch pass that outlived a clean close) ends with it,
-        never to resume, as the threads of an exiting process do."""
-        if isinstance(n.executor, CooperativeFlushExecutor):
-            n.executor.abandon()
-        n.executor = None
 
     def kill(self, name: str) -> None:
         """A power cut of the node's machine: its process is gone (tasks
@@ -285,7 +272,8 @@ class SimCluster:
         if n.state is not NodeState.RUNNING:
             return
         parked = self._held.pop(name, [])  # SIGKILL of a stopped process: it never runs again
-        self._end_process(n)
+        if n.stalls is not None:
+            n.stalls.abandon()
         n.disk = n.disk.crash()
         n.node, n.state = None, NodeState.STOPPED
         calls, n.calls = n.calls, {}
