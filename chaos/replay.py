@@ -116,7 +116,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from chaos.sim import SimUnsupportedError, check_supported
 
         try:
-            check_supported([cfg.scenario.name], cfg.crash_model)
+            check_supported(cfg.crash_model)
         except SimUnsupportedError as exc:
             raise UserError(str(exc)) from None
     results_dir(args.out)

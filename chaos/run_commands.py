@@ -80,14 +80,14 @@ def _emulate(values: list[str]) -> tuple[str, ...]:
         raise UserError(str(exc)) from None
 
 
-def _check_sim(args: argparse.Namespace, names: list[str]) -> None:
+def _check_sim(args: argparse.Namespace) -> None:
     """--backend sim: refuse what it cannot run before any run starts."""
     if args.backend != "sim":
         return
     from chaos.sim import SimUnsupportedError, check_supported
 
     try:
-        check_supported(names, args.crash_model)
+        check_supported(args.crash_model)
     except SimUnsupportedError as exc:
         raise UserError(str(exc)) from None
 
@@ -98,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
-    _check_sim(args, [args.scenario])
+    _check_sim(args)
     results_dir(args.out)
     # With --json stdout holds the one JSON object; the run's log goes to stderr.
     log = sys.stderr if args.json else sys.stdout
@@ -122,15 +122,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     names = args.scenarios or list(
         scenarios.QUICK_MATRIX if args.quick else scenarios.DEFAULT_MATRIX)
     runs = args.runs or 1
-    if args.quick and args.backend == "sim":
-        from chaos.sim import SUPPORTED_SCENARIOS
-
-        left_out = [n for n in names if n not in SUPPORTED_SCENARIOS]
-        names = [n for n in names if n in SUPPORTED_SCENARIOS]
-        if left_out:
-            print(f"--quick on the sim backend leaves out {', '.join(left_out)} (not "
-                  "simulated yet)", flush=True)
-    _check_sim(args, names)
+    _check_sim(args)
     for value, allowed, what in ((args.roles, ROLES, "role"), (args.flushes, FLUSHES, "flush")):
         bad = [v for v in value if v not in allowed]
         if bad:

@@ -35,9 +35,11 @@ Also: pause/resume (every callback of the node held while it is paused,
 chaos/sim_cluster.py), partitions of the master-slave links, the disk
 damage steps (chaos/disk_faults.py on a copy of the durable files), the
 consumer (chaos/sim_consumer.py), the rogue HA peer (chaos/rogue_peer.py's
-client as a task on the loop), and with `--sim-disk-faults drawn` fsync
-EIO and latent read corruption at rates drawn per seed. Refused: the
-`process` crash model, and the scenarios in REFUSED_SCENARIOS (with why).
+client as a task on the loop), `delay` failpoints (a stalled flusher or
+dispatch pass parks just that work, for that much virtual time, while the
+cluster goes on: store/cooperative_executor.py), and with
+`--sim-disk-faults drawn` fsync EIO and latent read corruption at rates
+drawn per seed. Refused: the `process` crash model.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from chaos import disk_faults, scenarios
+from chaos import disk_faults
 from chaos.plan import RunPlan, plan_run, stream
 from chaos.readback import read_back
 from chaos.rogue_peer import OVER_BY, RoguePeerTask
@@ -78,19 +80,6 @@ from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.memory_disk import DiskFaults
 from store.sim_loop import VirtualTimeLoop
 
-# The scenarios whose faults the sim has no twin for: a `delay` failpoint
-# is a blocking sleep of the thread that hits it. The sim flushes inline
-# (a sleep would block the whole simulation in real time without moving
-# its clock); a stalled reput pass sleeps a thread of its own in wall time
-# while simulated time runs on, so the stall's end would depend on the
-# machine, not the seed.
-REFUSED_SCENARIOS = {
-    "flusher-stall-crash-consuming": "its `delay` failpoint blocks the flusher thread, and "
-                                     "the sim flushes inline on its one loop",
-    "dispatch-stall-clean-restart": "its `delay` failpoint blocks the reput (dispatch) "
-                                    "thread in wall time while simulated time runs on",
-}
-SUPPORTED_SCENARIOS = tuple(s for s in scenarios.SCENARIOS if s not in REFUSED_SCENARIOS)
 # Messages per second per producer when the run gives no rate: on simulated
 # time "as fast as acks come" has no bound (an ASYNC put takes no time).
 DEFAULT_RATE_PER_S = 25.0
@@ -110,14 +99,8 @@ class SimUnsupportedError(ValueError):
     """A run the sim backend cannot run (yet); the message names what can."""
 
 
-def check_supported(names: list[str], crash_model: str) -> None:
-    bad = [s for s in names if s not in SUPPORTED_SCENARIOS]
-    if bad:
-        why = "; ".join(f"{s}: {REFUSED_SCENARIOS[s]}" for s in bad if s in REFUSED_SCENARIOS)
-        raise SimUnsupportedError(
-            f"the sim backend does not run scenario(s) {', '.join(bad)}"
-            f"{f' ({why})' if why else ''}; it runs {', '.join(SUPPORTED_SCENARIOS)} "
-            "(use --backend local for the others)")
+def check_supported(crash_model: str) -> None:
+    """The sim runs every scenario; it refuses only the `process` crash model."""
     if crash_model != "power":
         raise SimUnsupportedError("the sim backend models the power crash model only: "
                                   "drop --crash-model process or use --backend local")
@@ -161,7 +144,7 @@ class SimRun:
 
     def __init__(self, cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> None:
         self.cfg = cfg.validate()
-        check_supported([cfg.scenario.name], cfg.crash_model)
+        check_supported(cfg.crash_model)
         self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
         self.run_dir = os.path.join(cfg.out_dir, cfg.run_id)
         self.cluster_dir = os.path.join(self.run_dir, "cluster")
@@ -351,7 +334,7 @@ class SimRun:
                             end=cluster.clock.wall_ms())
             elif step.action == "rogue_peer":
                 self._rogue_peer(cluster, name, t)
-            else:  # check_supported refuses the scenarios with other steps
+            else:  # a step added to chaos/scenarios.py without its twin here
                 raise SimUnsupportedError(f"step {step.action} is not simulated")
 
     def _rogue_peer(self, cluster: SimCluster, name: str, t: int) -> None:

@@ -1,7 +1,9 @@
 """The simulated cluster of `--backend sim` (chaos/sim.py runs the chaos
 scenarios on it): a master and its slaves on one VirtualTimeLoop, each a
 real Node (cluster/node/server.py) on its own MemoryDisk, HA over one
-MemoryNetwork, flushes inline; and the producers' client calls to it.
+MemoryNetwork, flushes inline (on cooperative tasks for a node with a
+`delay` failpoint armed, so its stalls take virtual time:
+store/cooperative_executor.py); and the producers' client calls to it.
 
 A node's tasks (and the callbacks they schedule) carry its name in a context
 variable (OWNER), so a kill can cancel exactly that node's tasks, and a log
@@ -38,6 +40,7 @@ from chaos.workload import SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.transport import Handler, MasterStream, MemoryNetwork
+from store.cooperative_executor import CooperativeFlushExecutor
 from store.failpoints import Failpoints
 from store.flush_executor import InlineFlushExecutor
 from store.memory_disk import DiskFaults, MemoryDisk
@@ -124,6 +127,8 @@ class SimNode:
     refused: str | None = None
     # The running incarnation's context (OWNER = name): its client calls run in it.
     context: contextvars.Context = field(default_factory=contextvars.Context)
+    # The running incarnation's flush executor if it has `delay` failpoints.
+    stalls: CooperativeFlushExecutor | None = None
 
     @property
     def address(self) -> str:
@@ -231,11 +236,15 @@ class SimCluster:
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
         n.calls = {}
-        node = Node(n.config, clock=self.clock,
-                    executor=InlineFlushExecutor(fsync_latency_s=self.fsync_latency),
-                    network=self.network, disk=n.disk)
         spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
-        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name))
+        # Its stalls take virtual time and hold back only the work that hit
+        # them (store/cooperative_executor.py); other nodes run inline.
+        n.stalls = stalls = CooperativeFlushExecutor(
+            self.loop, fsync_latency_s=self.fsync_latency) if Failpoints(spec).delays() else None
+        node = Node(n.config, clock=self.clock, network=self.network, disk=n.disk,
+                    executor=stalls or InlineFlushExecutor(fsync_latency_s=self.fsync_latency))
+        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name),
+                                     stall=stalls.stall if stalls else None)
         ctx = contextvars.copy_context()
         ctx.run(OWNER.set, name)
         n.context = ctx.copy()
@@ -252,6 +261,8 @@ class SimCluster:
         self.resume(name)
         if n.node is not None and n.state is NodeState.RUNNING:
             await n.node.stop()
+        if n.stalls is not None:  # the process exits: its stalled threads end with it
+            n.stalls.abandon()
         n.node, n.state = None, NodeState.STOPPED
 
     def kill(self, name: str) -> None:
@@ -261,6 +272,8 @@ class SimCluster:
         if n.state is not NodeState.RUNNING:
             return
         parked = self._held.pop(name, [])  # SIGKILL of a stopped process: it never runs again
+        if n.stalls is not None:
+            n.stalls.abandon()
         n.disk = n.disk.crash()
         n.node, n.state = None, NodeState.STOPPED
         calls, n.calls = n.calls, {}

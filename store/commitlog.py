@@ -35,7 +35,9 @@ Ordering rules:
 
 Thread model: appends and reads come from the event loop thread, flush() from
 one flusher thread; `_lock` guards positions and pending chunks, `_flush_lock`
-serialises flushes and truncation.
+serialises flushes and truncation. `_flush_lock` is held across a flush's
+failpoint stalls, so it comes from the flush executor (`new_lock`): a
+threading.Lock, or on a simulated cluster a lock a parked task can hold.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from store.disk import Disk
 from store.durable_mark import DurableMark
 from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_2706, RMQ_10666
 from store.failpoints import DISARMED, Failpoints
+from store.flush_executor import StoreLock
 from store.log_cuts import cut_on_disk, unlink_after
 from store.names import queue_id_problem, topic_problem
 from store.placement import end_limit, place
@@ -151,6 +154,7 @@ class CommitLog:
         *,
         disk: Disk,
         mark: DurableMark | None = None,
+        new_lock: Callable[[], StoreLock] = threading.Lock,
     ) -> None:
         self.directory = directory
         self.disk = disk
@@ -186,7 +190,7 @@ class CommitLog:
         self._host_field = _host_field(config.store_host)
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()
+        self._flush_lock = new_lock()
         self.failed: str | None = None
         self._flush_failed = False
         # Why appends are refused for now: the segment at `wrote` could not

@@ -8,11 +8,10 @@ declared below.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
-import threading
+from collections.abc import Callable
 
 from store import native as native_codec
 from store.commitlog import CommitLog
@@ -21,6 +20,7 @@ from store.consumequeue import ConsumeQueues, DispatchError
 from store.consumer_offsets import ConsumerOffsetTable
 from store.emulate import RMQ_405, RMQ_8239
 from store.failpoints import Failpoints
+from store.flush_executor import FlushExecutor, StoreLock
 from store.opening import RecoveryReport, StoreOpenError
 from store.record import CorruptRecordError
 from store.reput import units as reput_units
@@ -41,17 +41,20 @@ class ConsumeSide:
     queues: ConsumeQueues
     consumer_offsets: ConsumerOffsetTable
     reput_from: int
-    _reput_lock: threading.Lock
+    _reput_lock: StoreLock
+    _executor: FlushExecutor
     _reput_at: int
     _closing: bool
 
     def _attach_queues(self, queues: ConsumeQueues, offsets: ConsumerOffsetTable,
-                       floor: int) -> None:
+                       floor: int, new_lock: Callable[[], StoreLock]) -> None:
         """Re-dispatch what recovery left without units, then let QUEUEOFFSET
-        continue from the queues (they survive restarts; memory does not)."""
+        continue from the queues (they survive restarts; memory does not).
+        `new_lock` is the flush executor's: a stalled dispatch pass holds
+        `_reput_lock` across its stall."""
         self.queues = queues
         self.consumer_offsets = offsets
-        self._reput_lock = threading.Lock()
+        self._reput_lock = new_lock()
         self._reput_at = queues.reput_start(self.log.min_offset, floor=floor)
         self.log.cold_below = lambda: self._reput_at
         self.reput_from = self._reput_at  # where open-time re-dispatch started
@@ -133,30 +136,21 @@ class ConsumeSide:
 
     async def _dispatch_pass(self) -> None:
         """The consume-side service's dispatch pass. With the failpoint
-        reput_before_dispatch armed it runs on a thread of its own (as
-        RocketMQ's ReputMessageService does), so a stall there holds back
-        dispatch, not the node: puts and reads go on."""
+        reput_before_dispatch armed it runs on a thread of its own (the flush
+        executor's run_alone, as RocketMQ's ReputMessageService runs on its
+        own), so a stall there holds back dispatch, not the node: puts and
+        reads go on."""
         if not self.failpoints.armed("reput_before_dispatch"):
             self.reput()
             return
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def settle() -> None:
-            if not done.done():
-                done.set_result(None)
 
         def run() -> None:
             try:
                 self._stallable_pass()
             except Exception:  # a bug: say so; the next pass tries again
                 _log.exception("consume queue dispatch failed")
-            finally:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    loop.call_soon_threadsafe(settle)
 
-        threading.Thread(target=run, name="reput", daemon=True).start()
-        await done
+        await self._executor.run_alone(run)
 
     def _stallable_pass(self) -> None:
         with self._reput_lock:

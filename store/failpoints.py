@@ -8,6 +8,10 @@ in DLAB_FAILPOINTS): `name=action@N[,name=action@N...]` where action is
 then SIGKILL: a crash while that thread is stalled), or `eio` (only at
 `flush_fsync`: a disk fault, the fsync fails with EIO; see hit()). Disarmed,
 `hit` is one dict lookup on an empty dict.
+
+The sleep is a seam (`stall`): time.sleep in a node process; on a simulated
+cluster the flush executor's stall, which parks the work that hit it for
+that much virtual time (store/cooperative_executor.py).
 """
 
 from __future__ import annotations
@@ -67,10 +71,13 @@ class _Armed:
 
 
 class Failpoints:
-    def __init__(self, spec: str = "", *, on_crash: Callable[[], None] | None = None) -> None:
+    def __init__(self, spec: str = "", *, on_crash: Callable[[], None] | None = None,
+                 stall: Callable[[float], None] | None = None) -> None:
         # `on_crash` replaces the SIGKILL of the `crash` actions (a simulated
-        # cluster crashes the node in-process: chaos/sim.py).
+        # cluster crashes the node in-process: chaos/sim.py); `stall`
+        # (seconds) replaces the sleep of the `delay` actions.
         self._on_crash = on_crash
+        self._stall = stall
         self._armed: dict[str, _Armed] = {}
         self.fired: list[str] = []
         for item in filter(None, (p.strip() for p in spec.split(","))):
@@ -135,7 +142,7 @@ class Failpoints:
                 on_eio()
             raise InjectedEIOError(name)
         else:
-            time.sleep(fp.delay_ms / 1000)
+            (self._stall or time.sleep)(fp.delay_ms / 1000)
             if fp.action == "delay+crash":
                 self._crash()
 
@@ -147,6 +154,10 @@ class Failpoints:
 
     def armed(self, name: str) -> bool:
         return name in self._armed
+
+    def delays(self) -> bool:
+        """Whether any failpoint is armed with a `delay` action."""
+        return any(fp.action.startswith("delay") for fp in self._armed.values())
 
     def hits(self) -> dict[str, int]:
         return {name: fp.hits for name, fp in self._armed.items()}

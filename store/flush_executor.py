@@ -9,12 +9,18 @@ A MessageStore never starts a thread itself; it asks its FlushExecutor:
   delivers results with `to_loop(fn, *args)` and returns False to end the
   worker (the log failed, or the loop is gone);
 - `run_blocking(fn)`: a call that may block on the executor itself (joining
-  the worker at close) without blocking the loop.
+  the worker at close) without blocking the loop;
+- `run_alone(fn)`: one blocking call beside the flusher, on a thread of its
+  own (a dispatch pass that a failpoint may stall, as RocketMQ's
+  ReputMessageService runs on its own thread);
+- `lock()`: a lock for the store's state that work on the executor may hold
+  across a stall (CommitLog._flush_lock, ConsumeSide._reput_lock).
 
-Two implementations:
+Three implementations:
 - ThreadFlushExecutor (production): one "flusher" thread for `run`, one
-  "group-commit" thread per worker; results come back with
-  call_soon_threadsafe. The fsync then overlaps the loop's work.
+  "group-commit" thread per worker, a "reput" thread per `run_alone`;
+  results come back with call_soon_threadsafe. The fsync then overlaps the
+  loop's work. Its locks are threading.Lock.
 - InlineFlushExecutor (tests, the simulation): everything on the loop, in
   call_soon order. No thread: a run is deterministic. On a VirtualTimeLoop a
   flush takes no virtual time, unless the executor is given an fsync
@@ -23,12 +29,17 @@ Two implementations:
   wrote), as it does beside a flusher thread whose fsync is in progress. A
   flush covers what was appended up to its end (a thread's covers what was
   there when its write began: slightly more coalescing than real).
+- CooperativeFlushExecutor (store/cooperative_executor.py: the simulation,
+  for a node with a `delay` failpoint armed): the inline executor's order
+  until a stall, which then parks just the work that hit it for that much
+  virtual time while the loop goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -54,6 +65,18 @@ class FlushWorker(Protocol):
         ...
 
 
+class StoreLock(Protocol):
+    """What the store uses of threading.Lock."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> bool: ...
+
+    def __exit__(self, *exc: Any) -> object: ...
+
+
 class FlushExecutor(Protocol):
     # True when a group-commit flush takes loop time the executor models
     # (InlineFlushExecutor with an fsync latency): the store then always
@@ -66,6 +89,10 @@ class FlushExecutor(Protocol):
         ...
 
     def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]: ...
+
+    def run_alone(self, fn: Callable[[], T]) -> asyncio.Future[T]: ...
+
+    def lock(self) -> StoreLock: ...
 
     def shutdown(self) -> None:
         """Release the executor (waits for a `run` in progress)."""
@@ -125,6 +152,34 @@ class ThreadFlushExecutor:
     def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(None, fn)
 
+    def run_alone(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """fn on a daemon thread of its own (a stalled one must not keep the
+        process from exiting); the future resolves on the loop."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: Any, exc: BaseException | None) -> None:
+            if done.done():  # its awaiter was cancelled
+                return
+            if exc is None:
+                done.set_result(result)
+            else:
+                done.set_exception(exc)
+
+        def run() -> None:
+            try:
+                result, exc = fn(), None
+            except BaseException as e:  # handed to the awaiter
+                result, exc = None, e
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(settle, result, exc)
+
+        threading.Thread(target=run, name="reput", daemon=True).start()
+        return done
+
+    def lock(self) -> StoreLock:
+        return threading.Lock()
+
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
 
@@ -182,6 +237,12 @@ class InlineFlushExecutor:
 
     def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return _done_future(fn)
+
+    def run_alone(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return _done_future(fn)
+
+    def lock(self) -> StoreLock:
+        return threading.Lock()
 
     def shutdown(self) -> None:
         pass

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -46,7 +47,7 @@ from store.disk import Disk, DiskLock, RealDisk
 from store.durable_mark import DurableMark
 from store.emulate import RMQ_405
 from store.failpoints import DISARMED, Failpoints
-from store.flush_executor import FlushExecutor, ThreadFlushExecutor
+from store.flush_executor import FlushExecutor, StoreLock, ThreadFlushExecutor
 from store.group_commit import GroupCommit
 from store.lock import StoreLockedError
 from store.log_cuts import apply_plan, open_segments
@@ -146,7 +147,8 @@ class MessageStore(ConsumeSide, FlushServices):
             raise StoreOpenError(os_error_message(path, exc)) from None
         # StoreLockedError: another process holds the store; nothing to undo.
         try:
-            store = cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source)
+            store = cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source,
+                                     new_lock=executor.lock if executor else threading.Lock)
         except BaseException as exc:
             # Leave the directory as found: every entry this open created
             # (`abort` above all, which would make the next open abnormal)
@@ -164,6 +166,7 @@ class MessageStore(ConsumeSide, FlushServices):
     def _open_locked(
         cls, path: str, config: StoreConfig, clock: Clock, failpoints: Failpoints,
         lock: DiskLock, disk: Disk, repair_source: RepairSource | None = None,
+        new_lock: Callable[[], StoreLock] = threading.Lock,
     ) -> MessageStore:
         commitlog_dir = os.path.join(path, "commitlog")
         abort_path = os.path.join(path, "abort")
@@ -205,7 +208,7 @@ class MessageStore(ConsumeSide, FlushServices):
                 cpf.logics_ms = checkpoint.logics_ms
             log = CommitLog(
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
-                plan.last_store_timestamp_ms or 0, failpoints, disk=disk,
+                plan.last_store_timestamp_ms or 0, failpoints, disk=disk, new_lock=new_lock,
             )
             queues = ConsumeQueues(path, file_units=config.consume_queue_file_units,
                                    write_through=config.crash_model == CrashModel.PROCESS,
@@ -239,7 +242,7 @@ class MessageStore(ConsumeSide, FlushServices):
                 cpf.close()
             raise
         store = cls(path, config, log, lock, report, clock, failpoints)
-        store._attach_queues(queues, offsets, floor)
+        store._attach_queues(queues, offsets, floor, new_lock)
         return store
 
 

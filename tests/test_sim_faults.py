@@ -302,14 +302,6 @@ def test_read_corruption_strikes_only_bytes_read_from_the_medium() -> None:
     assert len(after.faults) == 1
 
 
-def test_the_sim_runs_every_matrix_scenario() -> None:
-    from chaos.sim import REFUSED_SCENARIOS, SUPPORTED_SCENARIOS
-
-    assert set(scenarios.QUICK_MATRIX) | set(scenarios.DEFAULT_MATRIX) <= set(
-        SUPPORTED_SCENARIOS)
-    assert set(SUPPORTED_SCENARIOS) | set(REFUSED_SCENARIOS) == set(scenarios.SCENARIOS)
-
-
 def test_a_sim_slave_copies_its_masters_consumer_offsets_over_the_network() -> None:
     """The slave's SlaveSynchronize call goes over the in-memory twin of the
     gRPC call, every 10 s, and not across a partition."""
