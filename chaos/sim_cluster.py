@@ -71,7 +71,8 @@ class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to ha
     so no `except Exception` in node code mistakes it for a failure)."""
 
 
-def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
+def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = TOKEN
+                 ) -> NodeConfig:
     """The NodeConfig `dlab node` would build from the options a local
     backend gives this spec (so both backends run the same configuration)."""
     from cluster.cli.node_command import node_config_from_args, register_node
@@ -80,7 +81,7 @@ def _node_config(spec: NodeSpec, listen: str, master: str | None) -> NodeConfig:
     register_node(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["node", *spec.node_args(
         data_dir=DATA_DIR, listen=listen, master=master, token_file="-")])
-    cfg: NodeConfig = node_config_from_args(args, token=TOKEN)
+    cfg: NodeConfig = node_config_from_args(args, token=token)
     return cfg
 
 
@@ -129,6 +130,9 @@ class SimNode:
     context: contextvars.Context = field(default_factory=contextvars.Context)
     # The running incarnation's flush executor if it has `delay` failpoints.
     stalls: CooperativeFlushExecutor | None = None
+    # Failpoints armed at every later start (SimCluster.set_failpoints); None:
+    # the spec's, at the first start only.
+    failpoints: str | None = None
 
     @property
     def address(self) -> str:
@@ -142,7 +146,7 @@ class SimCluster:
     def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
                  slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
                  on_crash: Callable[[str], object], *, pausable: bool = False,
-                 fsync_rng: random.Random | None = None) -> None:
+                 fsync_rng: random.Random | None = None, token: str = TOKEN) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
@@ -163,6 +167,7 @@ class SimCluster:
         self._soon = loop.call_soon
         # The gate costs every owned callback a call: only a run that pauses has it.
         self.pausable = pausable
+        self.token = token  # what the nodes check on calls and streams
         if pausable:
             self._install_pause_gate()
         addr = "10.0.0.1:7001"
@@ -173,7 +178,7 @@ class SimCluster:
             self.nodes[s.name] = self._sim_node(s, f"10.0.0.{i + 2}:7001", addr)
 
     def _sim_node(self, spec: NodeSpec, listen: str, master: str | None) -> SimNode:
-        return SimNode(spec.name, spec, _node_config(spec, listen, master),
+        return SimNode(spec.name, spec, _node_config(spec, listen, master, self.token),
                        MemoryDisk(self.rng, self.disk_faults, self.clock))
 
     def net_delay(self) -> float:
@@ -236,7 +241,8 @@ class SimCluster:
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
         n.calls = {}
-        spec = n.spec.failpoints if n.incarnation == 1 else ""  # fires once per run
+        spec = n.failpoints if n.failpoints is not None else (
+            n.spec.failpoints if n.incarnation == 1 else "")  # a run: first start only
         # Its stalls take virtual time and hold back only the work that hit
         # them (store/cooperative_executor.py); other nodes run inline.
         n.stalls = stalls = CooperativeFlushExecutor(
@@ -300,6 +306,11 @@ class SimCluster:
         self.kill(name)
         self._on_crash(name)
         raise SimulatedCrash(name)
+
+    def set_failpoints(self, name: str, spec: str) -> None:
+        """Arm `spec` at every later start of the node, as a backend's
+        set_failpoints does (a run's planned failpoints arm only its first)."""
+        self.nodes[name].failpoints = spec
 
     def pause(self, name: str) -> None:
         """SIGSTOP: nothing of the node runs until resume (module doc)."""

@@ -3,20 +3,25 @@ every backend: what the CLI and the chaos harness may rely on, checked by
 observable outcomes (process states, RPCs answering or not, replication
 moving or not, files on disk).
 
-Backends are parametrized: `local` runs here; a compose backend joins by
-adding its name to BACKENDS and a factory to make_backend (skipped where
-Docker is absent)."""
+Backends are parametrized: `local`, `compose` (skipped where Docker is
+absent) and `sim`: the simulated cluster of `--backend sim` behind a test-side
+adapter (tests/sim_contract.py), whose clients reach the nodes over its
+in-memory network and whose virtual time passes as the suite polls. The test
+bodies are the same for all three; what differs lives in make_backend and
+the adapter."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from compose_support import needs_engine, one_engine_user
 from ha_helpers import spec, wait_until
+from sim_contract import SimContractBackend
 
 from cluster.backends.interface import BackendError, ClusterBackend, NodeState
 from cluster.backends.registry import open_backend
@@ -24,22 +29,36 @@ from cluster.client.node_client import FAST_RECONNECT, NodeCallError, NodeClient
 from cluster.node.auth import generate_token
 from cluster.node.role import Role
 
-BACKENDS = ["local", pytest.param("compose", marks=[needs_engine, one_engine_user])]
+BACKENDS = ["local", pytest.param("compose", marks=[needs_engine, one_engine_user]), "sim"]
+
+# How a client reaches a node at an address; None: over gRPC.
+StubFactory = Callable[[str], Any] | None
 
 
-def make_backend(name: str, directory: str) -> ClusterBackend:
-    return open_backend(name, directory)
+def make_backend(name: str, directory: str) -> tuple[ClusterBackend, StubFactory]:
+    """The backend, and for one whose nodes are not on a real network (the
+    sim), the stubs its clients call them through."""
+    if name == "sim":
+        sim = SimContractBackend(directory)
+        return sim, sim.stub
+    return open_backend(name, directory), None
 
 
 class Cluster:
-    def __init__(self, backend: ClusterBackend, token: str, directory: str) -> None:
+    def __init__(self, backend: ClusterBackend, token: str, directory: str,
+                 stub: StubFactory = None) -> None:
         self.b = backend
         self.token = token
         self.directory = directory
+        self._stub = stub
 
     def client(self, name: str, timeout_s: float = 15.0) -> NodeClient:
-        return NodeClient(self.b.node(name).address, token=self.token, timeout_s=timeout_s,
-                          channel_options=FAST_RECONNECT)
+        return self.client_at(self.b.node(name).address, timeout_s)
+
+    def client_at(self, address: str, timeout_s: float = 15.0) -> NodeClient:
+        return NodeClient(address, token=self.token, timeout_s=timeout_s,
+                          channel_options=FAST_RECONNECT,
+                          stub=self._stub(address) if self._stub is not None else None)
 
     def status(self, name: str) -> dict[str, object]:
         with self.client(name) as c:
@@ -63,12 +82,12 @@ class Cluster:
 @pytest.fixture(params=BACKENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path: str) -> Iterator[Cluster]:
     directory = os.path.join(tmp_path, "c")
-    backend = make_backend(request.param, directory)
+    backend, stub = make_backend(request.param, directory)
     token = generate_token()
     infos = backend.up(spec(directory, role=Role.SYNC_MASTER), token=token, timeout_s=90)
     assert [i.name for i in infos] == ["master", "slave1"]
     try:
-        c = Cluster(backend, token, directory)
+        c = Cluster(backend, token, directory, stub)
         # `up` promises serving nodes, not a connected stream: a SYNC_MASTER
         # put before the slave's first report is SLAVE_NOT_AVAILABLE.
         wait_until(lambda: c.slave_state() == "connected", 30, "replication")
@@ -181,8 +200,7 @@ def test_down_ends_processes_and_keeps_data(cluster: Cluster) -> None:
     cluster.b.down()
     for info in infos:
         assert os.path.isdir(os.path.join(info.data_dir, "commitlog"))
-        with pytest.raises(NodeCallError), NodeClient(info.address, token=cluster.token,
-                                                      timeout_s=1) as c:
+        with pytest.raises(NodeCallError), cluster.client_at(info.address, timeout_s=1) as c:
             c.status()
         if info.pid is not None:  # local processes: gone, not just unreachable
             assert not _alive(info.pid)

@@ -351,16 +351,22 @@ class AsyncNodeClient:
 
 
 class NodeClient:
-    """Blocking client with the same methods as AsyncNodeClient."""
+    """Blocking client with the same methods as AsyncNodeClient.
+
+    `stub`: call the node through this object (BrokerStub's blocking
+    methods, failing with grpc.RpcError) instead of a gRPC channel to
+    `address`: the backend contract suite hands it one that carries each
+    call over a simulated cluster's in-memory network, so the same client
+    code runs there."""
 
     def __init__(self, address: str, *, token: str, timeout_s: float = 10.0,
-                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+                 channel_options: Sequence[tuple[str, Any]] = (), stub: Any = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
-        self._channel = grpc.insecure_channel(address, options=[*CHANNEL_OPTIONS,
-                                                                *channel_options])
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._channel = None if stub is not None else grpc.insecure_channel(
+            address, options=[*CHANNEL_OPTIONS, *channel_options])
+        self._stub = stub if stub is not None else broker_pb2_grpc.BrokerStub(self._channel)
 
     def __enter__(self) -> NodeClient:
         return self
@@ -369,7 +375,8 @@ class NodeClient:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
 
     def send(self, msg: Message, *, timeout_s: float | None = None) -> SendOutcome:
         msg_id = msg.msg_id or ""
