@@ -37,7 +37,7 @@ from store.cooperative import (
     current,
     in_task,
 )
-from store.flush_executor import FlushWorker
+from store.flush_executor import FlushWorker, InlineWorker
 
 T = TypeVar("T")
 
@@ -75,39 +75,19 @@ class _Serial:
         self._next()
 
 
-class _CooperativeWorker:
-    """A group-commit worker: its job as a task, never two at once."""
+class _CooperativeWorker(InlineWorker):
+    """A group-commit worker: its job as a task, never two at once. Kicks
+    are InlineWorker's; only running the job differs."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool],
                  tasks: CooperativeTasks, latency_s: Callable[[], float] | None) -> None:
-        self._loop = loop
-        self._job = job
+        super().__init__(loop, job, latency_s)
         self._tasks = tasks
-        self._latency_s = latency_s
-        self._pending = False  # kicked, the job not started on it yet
         self._due = False  # the kick's time came while the job ran
         self._running = False
-        self._stopped = False
         self._stop_waiters: list[Any] = []
 
-    def kick(self) -> None:
-        if not self._pending and not self._stopped:
-            self._pending = True
-            if self._latency_s is None:
-                self._loop.call_soon(self._kicked)
-            else:
-                self._loop.call_later(self._latency_s(), self._kicked)
-
-    def kicked(self) -> bool:
-        return self._pending
-
-    def to_loop(self, fn: Callable[..., object], *args: Any) -> bool:
-        if self._loop.is_closed():
-            return False
-        self._loop.call_soon(fn, *args)
-        return True
-
-    def _kicked(self) -> None:
+    def _run(self) -> None:
         if self._running:  # the thread picks the kick up when its job ends
             self._due = True
             return

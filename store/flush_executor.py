@@ -185,7 +185,10 @@ class ThreadFlushExecutor:
 
 
 # ------------------------------------------------------------- simulation
-class _InlineWorker:
+class InlineWorker:
+    """A group-commit worker on the loop: a kick runs the job once, soon (or
+    after the drawn fsync latency). `_run` is the kick's callback."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool],
                  latency_s: Callable[[], float] | None = None) -> None:
         self._loop = loop
@@ -233,7 +236,7 @@ class InlineFlushExecutor:
         return _done_future(fn)
 
     def worker(self, loop: asyncio.AbstractEventLoop, job: Callable[[], bool]) -> FlushWorker:
-        return _InlineWorker(loop, job, self._latency_s)
+        return InlineWorker(loop, job, self._latency_s)
 
     def run_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return _done_future(fn)
