@@ -11,7 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from chaos import bench, commands, run_commands, sim_bench
+from chaos.bench import pipeline as bench
+from chaos.bench import sim as sim_bench
+from chaos.commands import report as commands
+from chaos.commands import run as run_commands
 from cluster.cli import main as cli
 
 REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register,

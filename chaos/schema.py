@@ -12,7 +12,7 @@
       nodes/NAME/node.log         the node's log (free text, not parsed)
       cluster/nodes/NAME/data/    NAME's store as the run left it, when the run
                                   keeps it: `dlab report` reads it again and
-                                  judges from it (chaos/kept_stores.py)
+                                  judges from it (chaos/check/kept_stores.py)
     and, only for scenarios that consume while producing (absent otherwise;
     a run without them is read as a run without a consumer):
       consumed.jsonl              one row per message the consumer was handed,
@@ -21,7 +21,7 @@
                                   from the consumer, COMMITTED fields
       consumer.json               the consumer's summary, CONSUMER fields
       consumer/N.jsonl, N.log     each consumer incarnation's raw output
-                                  (chaos/consumer_proc.py; not read by the
+                                  (chaos/harness/consumer_proc.py; not read by the
                                   pipeline)
 
 A fault row whose node is "consumer" (CONSUMER_NODE) acted on the consumer
@@ -116,7 +116,7 @@ RECORDS: dict[str, tuple[str, bool, str]] = {
     "msg_id": ("str", True, "UNIQ_KEY property, null if absent"),
     "body_crc": ("int", False, "BODYCRC as stored"),
     "store_timestamp_ms": ("int", False, "STORETIMESTAMP"),
-    "record_hash": ("int", True, "64-bit hash of the record's whole bytes (chaos.readback."
+    "record_hash": ("int", True, "64-bit hash of the record's whole bytes (chaos.harness.readback."
                                  "record_hash); absent in results written before it"),
 }
 

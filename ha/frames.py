@@ -12,7 +12,7 @@ the slave takes the data as a zero-copy view of the received message.
 The bytes are exactly what protobuf makes of proto/ha.proto's MasterMessage
 (fields in number order, proto3 defaults omitted), so any protobuf peer
 reads them, and a peer's encoding this fast path does not recognise is
-parsed by the protobuf runtime instead (tests/test_ha_frames.py holds the
+parsed by the protobuf runtime instead (tests/ha/test_ha_frames.py holds the
 two to each other):
 
     MasterMessage{range: Range{offset, data, master_wrote}}

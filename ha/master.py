@@ -32,14 +32,14 @@ from ha.session import (
     RemoteProtocolError,
     SendTruncate,
 )
-from ha.transport import EOF, MasterStream
+from ha.transport.streams import EOF, MasterStream
 from ha.waiters import ReplicaWaitQueue
 from proto import ha_pb2, ha_pb2_grpc
-from store.clock import Clock
 from store.emulate import RMQ_3015, RMQ_3349
 from store.failpoints import Failpoints
+from store.log.record import CorruptRecordError
 from store.names import name_problem
-from store.record import CorruptRecordError
+from store.seams.clock import Clock
 from store.status import PutStatus
 from store.store import MessageStore
 
@@ -184,7 +184,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         await self.serve(context)
 
     async def serve(self, context: MasterStream) -> None:
-        """Serve one replication stream (over gRPC, or any ha/transport.py
+        """Serve one replication stream (over gRPC, or any ha/transport/
         MasterStream) until it ends."""
         first = await self._first_report(context)
         if first is None:

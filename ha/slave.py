@@ -32,13 +32,14 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from ha import frames
 from ha.config import HAConfig
 from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
-from ha.transport import EOF, HA_CHANNEL_OPTIONS, GrpcConnector, HAConnector, SlaveCall
+from ha.transport.grpc_transport import HA_CHANNEL_OPTIONS, GrpcConnector
+from ha.transport.streams import EOF, HAConnector, SlaveCall
 from proto import ha_pb2
-from store.clock import Clock
-from store.commitlog import OffsetMismatchError, RangeRejectedError, StoreFailedError
 from store.config import MIB, CrashModel, FlushMode
 from store.failpoints import Failpoints
-from store.record import peek
+from store.log.commitlog import OffsetMismatchError, RangeRejectedError, StoreFailedError
+from store.log.record import peek
+from store.seams.clock import Clock
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.slave")

@@ -6,7 +6,7 @@
 Protos are compiled from the repository root with `-I.` so the generated
 gRPC modules import their messages as `from proto import x_pb2` (a package
 import) instead of grpc_tools' default top-level `import x_pb2`.
-tests/test_proto_generated.py re-runs this into a temporary directory and
+tests/proto/test_proto_generated.py re-runs this into a temporary directory and
 fails when the committed modules differ (edit a .proto, re-run this).
 """
 

@@ -38,7 +38,7 @@ class CrashModel(enum.StrEnum):
 class CorruptionPolicy(enum.StrEnum):
     """What opening a store does when recovery finds damage in data that was
     flushed (a bad record with valid records after it, or before the
-    checkpoint's flushed point; store/recovery.py tells it from a torn tail,
+    checkpoint's flushed point; store/log/recovery.py tells it from a torn tail,
     which is always cut). After Protocol-Aware Recovery (FAST '18).
 
     REFUSE: do not open; the error names the damage and what cutting would
@@ -83,7 +83,7 @@ class StoreConfig:
     consumer_offset_persist_interval_ms: int = 5_000
     store_host: tuple[str, int] = ("127.0.0.1", 0)
     # Appended bytes not yet in the files are encoded into reused buffers of
-    # this size (store/writebuffers.py); up to write_buffers_kept idle ones
+    # this size (store/log/writebuffers.py); up to write_buffers_kept idle ones
     # are kept. A record bigger than a buffer is queued on its own.
     write_buffer_bytes: int = 4 * MIB
     write_buffers_kept: int = 16

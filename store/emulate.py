@@ -3,16 +3,16 @@
 Each id names one defect RocketMQ shipped; the switch flips our code back to
 that defect at the one place the real fix changed, so a chaos scenario can
 show the checker catching it (the corpus, with scenarios and expected
-verdicts, is chaos/bugs.py; the model behind each switch is
+verdicts, is chaos/commands/bugs.py; the model behind each switch is
 docs/known-bugs-model.md). Off by default; a node with no switch behaves as
 the fixed code.
 
 The switch points say in a comment what the real fix was:
-- rmq-2706  store/commitlog.py CommitLog.flush
-- rmq-8239  store/consume_side.py MessageStore.confirmed_offset
+- rmq-2706  store/log/commitlog.py CommitLog.flush
+- rmq-8239  store/consume/consume_side.py MessageStore.confirmed_offset
 - rmq-3349  ha/session.py MasterSession._first_report, ha/master.py best_acked
 - rmq-3015  ha/session.py MasterSession.on_report, ha/master.py best_acked
-- rmq-10666 store/commitlog.py CommitLog.truncate_to
+- rmq-10666 store/log/commitlog.py CommitLog.truncate_to
 - rmq-405   store/store.py _reput_floor and MessageStore._drain_dispatch
 
 Planted faults are switches of the same kind that re-introduce no
@@ -20,7 +20,7 @@ RocketMQ bug: defects written on purpose to show that the lab catches a
 class of bug (ids start with `planted-`; `dlab chaos bugs` lists only the
 RocketMQ corpus). They are accepted wherever `--emulate` is, so both
 backends take them the same way:
-- planted-ack-before-fsync  store/commitlog.py CommitLog.flush: a flush
+- planted-ack-before-fsync  store/log/commitlog.py CommitLog.flush: a flush
   counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
   before the fsync, which runs at the next flush. The `power` crash model
   must catch it on every backend (issue 17).
@@ -41,7 +41,7 @@ RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 
-# id -> what the switch re-introduces (one line; chaos/bugs.py has the rest).
+# id -> what the switch re-introduces (one line; chaos/commands/bugs.py has the rest).
 RMQ_BUGS: dict[str, str] = {
     RMQ_2706: "the flushed position advances even when the flush's fsync fails",
     RMQ_8239: "under SYNC_FLUSH consumers read messages that are not flushed yet",

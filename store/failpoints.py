@@ -11,7 +11,7 @@ then SIGKILL: a crash while that thread is stalled), or `eio` (only at
 
 The sleep is a seam (`stall`): time.sleep in a node process; on a simulated
 cluster the flush executor's stall, which parks the work that hit it for
-that much virtual time (store/cooperative_executor.py).
+that much virtual time (store/sim/cooperative_executor.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Failpoints:
     def __init__(self, spec: str = "", *, on_crash: Callable[[], None] | None = None,
                  stall: Callable[[float], None] | None = None) -> None:
         # `on_crash` replaces the SIGKILL of the `crash` actions (a simulated
-        # cluster crashes the node in-process: chaos/sim.py); `stall`
+        # cluster crashes the node in-process: chaos/sim/run.py); `stall`
         # (seconds) replaces the sleep of the `delay` actions.
         self._on_crash = on_crash
         self._stall = stall

@@ -23,9 +23,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from store.commitlog import CommitLog
 from store.config import StoreConfig
-from store.record import Message
+from store.log.commitlog import CommitLog
+from store.log.record import Message
 from store.status import PutResult, PutStatus
 
 _log = logging.getLogger("dlab.store")

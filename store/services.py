@@ -1,7 +1,7 @@
 """The store's background services on the event loop: the interval flush
 (ASYNC_FLUSH), the checkpoint sync, and the consume-side service
 (dispatch, consume queue flush, consumer offset persist). File IO runs on
-the flush executor (store/flush_executor.py). MessageStore.start starts
+the flush executor (store/seams/flush_executor.py). MessageStore.start starts
 them; they stop when the store closes. MessageStore (store/store.py)
 inherits them and owns the state they use (declared on the class).
 """
@@ -14,12 +14,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from store.clock import Clock
-from store.commitlog import CommitLog, StoreFailedError
 from store.config import StoreConfig
-from store.consumequeue import ConsumeQueues
-from store.consumer_offsets import ConsumerOffsetTable
-from store.flush_executor import FlushExecutor
+from store.consume.consumequeue import ConsumeQueues
+from store.consume.consumer_offsets import ConsumerOffsetTable
+from store.log.commitlog import CommitLog, StoreFailedError
+from store.seams.clock import Clock
+from store.seams.flush_executor import FlushExecutor
 
 _log = logging.getLogger("dlab.store")
 

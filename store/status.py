@@ -6,7 +6,7 @@ import enum
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from store.record import Record
+    from store.log.record import Record
 
 
 class PutStatus(enum.StrEnum):

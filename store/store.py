@@ -2,20 +2,20 @@
 
 Layout of the directory (RocketMQ's store root): `commitlog/` (segments),
 `checkpoint`, `abort` (exists while open; a clean close removes it), `lock`,
-and under the power crash model `durable-mark` (store/durable_mark.py).
+and under the power crash model `durable-mark` (store/log/durable_mark.py).
 
 Opening takes the lock, decides normal or abnormal recovery from `abort`,
-recovers the CommitLog (store/recovery.py decides, store/corruption_policy.py
+recovers the CommitLog (store/log/recovery.py decides, store/log/corruption_policy.py
 applies the corruption policy, commitlog.py cuts crash-safely), then
-creates `abort` (store/opening.py: errors and undoing a failed open).
+creates `abort` (store/log/opening.py: errors and undoing a failed open).
 Closing flushes everything, syncs the checkpoint, removes `abort`, releases
 the lock.
 
 Flush services run on the event loop (store/services.py); file IO runs on
-the flush executor (store/flush_executor.py: a flusher thread in
+the flush executor (store/seams/flush_executor.py: a flusher thread in
 production, inline on the loop in a simulation). SYNC_FLUSH is group
-commit (store/group_commit.py). The consume side (dispatch, reads) is
-store/consume_side.py.
+commit (store/log/group_commit.py). The consume side (dispatch, reads) is
+store/consume/consume_side.py.
 """
 
 from __future__ import annotations
@@ -30,28 +30,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from store.checkpoint import CheckpointFile, read_checkpoint
-from store.clock import Clock, SystemClock
-from store.commitlog import CommitLog, StoreFailedError
 from store.config import ConfigError, CrashModel, FlushMode, StoreConfig
-from store.consume_side import ConsumeSide
-from store.consumequeue import ConsumeQueues
-from store.consumer_offsets import ConsumerOffsetTable, OffsetTableError
-from store.corruption_policy import (
+from store.consume.consume_side import ConsumeSide
+from store.consume.consumequeue import ConsumeQueues
+from store.consume.consumer_offsets import ConsumerOffsetTable, OffsetTableError
+from store.emulate import RMQ_405
+from store.failpoints import DISARMED, Failpoints
+from store.log.checkpoint import CheckpointFile, read_checkpoint
+from store.log.commitlog import CommitLog, StoreFailedError
+from store.log.corruption_policy import (
     CorruptionRefusedError,
     RepairSource,
     RepairUnavailableError,
     recover,
 )
-from store.disk import Disk, DiskLock, RealDisk
-from store.durable_mark import DurableMark
-from store.emulate import RMQ_405
-from store.failpoints import DISARMED, Failpoints
-from store.flush_executor import FlushExecutor, StoreLock, ThreadFlushExecutor
-from store.group_commit import GroupCommit
-from store.lock import StoreLockedError
-from store.log_cuts import apply_plan, open_segments
-from store.opening import (
+from store.log.cuts import apply_plan, open_segments
+from store.log.durable_mark import DurableMark
+from store.log.group_commit import GroupCommit
+from store.log.opening import (
     RecoveryReport,
     StoreOpenError,
     entries,
@@ -60,9 +56,13 @@ from store.opening import (
     reput_floor,
     undo_open,
 )
+from store.log.record import CorruptRecordError, Message
+from store.log.segments import list_segments
 from store.put_path import PutPath
-from store.record import CorruptRecordError, Message
-from store.segments import list_segments
+from store.seams.clock import Clock, SystemClock
+from store.seams.disk import Disk, DiskLock, RealDisk
+from store.seams.flush_executor import FlushExecutor, StoreLock, ThreadFlushExecutor
+from store.seams.lock import StoreLockedError
 from store.services import FlushServices
 from store.status import PutResult, PutStatus
 
@@ -158,7 +158,7 @@ class MessageStore(ConsumeSide, FlushServices):
             if isinstance(exc, OSError):
                 raise StoreOpenError(os_error_message(path, exc)) from None
             raise
-        if executor is not None:  # where file IO runs (store/flush_executor.py)
+        if executor is not None:  # where file IO runs (store/seams/flush_executor.py)
             store._executor = executor
         return store
 
@@ -227,7 +227,7 @@ class MessageStore(ConsumeSide, FlushServices):
             if notes:
                 report = dataclasses.replace(report, problems=report.problems + notes)
             # Under POWER completed fsyncs are recorded for a harness's power
-            # cut (store/durable_mark.py); recovery's cuts are durable by now.
+            # cut (store/log/durable_mark.py); recovery's cuts are durable by now.
             # Last, so an open that refuses leaves the old mark as it was.
             if config.crash_model == CrashModel.POWER:
                 cpf.mark = log.mark = DurableMark.open(disk, path, log.wrote)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -52,7 +54,7 @@ def test_the_node_entry_loads_no_chaos_module() -> None:
 @pytest.mark.parametrize("entry, command_module", [
     ("cluster.cli.main", "cluster.cli.image"),
     ("cluster.cli.main", "cluster.cli.bench"),
-    ("chaos.cli", "chaos.commands"),
+    ("chaos.cli", "chaos.commands.report"),
 ])
 def test_a_command_module_that_cannot_be_imported_stops_the_cli(
         entry: str, command_module: str) -> None:
@@ -83,3 +85,40 @@ def test_dlab_starts_without_the_report_stack() -> None:
                        timeout=120, check=False)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "chaos" in r.stdout
+
+
+def _lint_imports_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of the packages with `line` appended to
+    `module`'s file: the contracts judged on a planted import."""
+    for pkg in ("store", "ha", "proto", "cluster", "chaos"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / (module.replace(".", "/") + ".py")
+    target.write_text(target.read_text() + f"\n{line}\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    lint = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(lint), "--no-logo"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("module, line", [
+    ("store.log.segments", "import store.sim.memory_disk  # noqa"),
+    ("cluster.node.server", "from ha.transport.memory import MemoryNetwork  # noqa"),
+    ("ha.master", "from store.sim.loop import VirtualTimeLoop  # noqa"),
+])
+def test_the_twins_contract_fails_on_a_planted_import(tmp_path: Path, module: str,
+                                                      line: str) -> None:
+    """Production modules may not import a simulation twin (pyproject.toml,
+    "Twins fenced off"): planting one such import breaks that contract."""
+    r = _lint_imports_with(tmp_path, module, line)
+    assert r.returncode != 0, r.stdout[-2000:]
+    broken = r.stdout[r.stdout.index("Broken contracts"):]
+    assert "Twins fenced off" in broken and module in broken, broken[:2000]
+
+
+def test_the_contracts_hold_on_the_tree_as_it_is(tmp_path: Path) -> None:
+    """The same copy with a harmless line keeps every contract: the planted
+    import above, not the copy, is what breaks it."""
+    r = _lint_imports_with(tmp_path, "store.log.segments", "# nothing planted")
+    assert r.returncode == 0, r.stdout[-2000:]

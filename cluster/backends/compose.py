@@ -20,10 +20,10 @@ view intact:
 Faults go through the Docker SDK: kill = SIGKILL to the node (PID 1 of its
 container; the node's crash model decides what survives; under `power` the
 harness then cuts the bind-mounted store to its durable mark, as the local
-backend does: store/durable_mark.py), stop = SIGTERM with
+backend does: store/log/durable_mark.py), stop = SIGTERM with
 a grace period, pause/resume = the cgroup freezer (`docker pause`). Torn tail
 and bit flip need no backend: they edit the bind-mounted files of a stopped
-node (chaos/disk_faults.py), which the containers write as the host user.
+node (chaos/harness/disk_faults.py), which the containers write as the host user.
 
 Failpoints are part of a node's command line, so a container created with
 other failpoints than the ones set now is recreated (through compose) at its

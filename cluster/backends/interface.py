@@ -1,7 +1,7 @@
 """The cluster backend interface: what the CLI and the chaos harness may do to
 a cluster, whatever runs it (local processes by default, docker-compose).
 
-One contract test suite (tests/test_backend_contract.py) drives every
+One contract test suite (tests/cluster/test_backend_contract.py) drives every
 backend through this interface.
 
 Every node runs `dlab node` with the options NodeSpec.node_args() gives, so

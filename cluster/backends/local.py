@@ -11,7 +11,7 @@ outlive the command that started them; `down` ends them.
 Under the `power` crash model a node that dies (`kill`, a crash failpoint)
 leaves its store as a power cut would: before it restarts or the cluster
 goes down, every byte no completed fsync covered is discarded
-(ClusterDir._power_cut, store/durable_mark.py).
+(ClusterDir._power_cut, store/log/durable_mark.py).
 
 Layout of DIR (see cluster/backends/interface.py): cluster.json, token (0600),
 nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and

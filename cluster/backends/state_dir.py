@@ -23,8 +23,8 @@ from cluster.node.auth import read_token_file
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.config import CorruptionPolicy, CrashModel
-from store.durable_mark import PowerCut, power_cut
 from store.failpoints import Failpoints, FailpointSpecError
+from store.log.durable_mark import PowerCut, power_cut
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
@@ -196,7 +196,7 @@ class ClusterDir:
         """A node that died (killed, or crashed at a failpoint) under the
         power crash model: leave its store as a power cut would, before it
         restarts or anyone reads it — every byte no completed fsync covered
-        is discarded (store/durable_mark.py). Call with the node's process
+        is discarded (store/log/durable_mark.py). Call with the node's process
         gone. A cut removes the mark, so it happens once per death: a later
         call (the next start after a kill) leaves alone what was written
         since (a torn-tail or bit-flip step on the stopped node). Nothing

@@ -74,7 +74,7 @@ from cluster.client.sendload import percentile
 from cluster.node.role import Role
 from ha import bench_peer
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
-from store.record import Message
+from store.log.record import Message
 from store.store import MessageStore
 
 SEGMENT_BYTES = 128 * MIB

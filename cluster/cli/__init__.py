@@ -6,4 +6,4 @@ these without the chaos harness's commands; `dlab` (chaos/cli.py) adds them.
 
 The top of the cluster layer: it may import every other subpackage, and
 none imports it. Argument types shared with store/'s commands (sizes,
-directories, UserError) are store/cli_args.py."""
+directories, UserError) are store/tools/cli_args.py."""

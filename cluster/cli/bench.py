@@ -35,7 +35,7 @@ def _run(fn: Any, title: str, args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, bench_sub: Any) -> None:
-    from store.cli_args import parse_size, positive_int, writable_dir
+    from store.tools.cli_args import parse_size, positive_int, writable_dir
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workdir", type=writable_dir,

@@ -13,12 +13,7 @@ import sys
 from typing import Any
 
 from cluster.cli.arg_types import address, topic_name
-from store.cli_args import (
-    UserError,
-    non_negative_float,
-    parse_size,
-    positive_int,
-)
+from store.tools.cli_args import UserError, non_negative_float, parse_size, positive_int
 
 
 def register_send(sub: Any) -> None:

@@ -14,12 +14,8 @@ from cluster.backends.interface import BackendError, ClusterSpec, NodeInfo, Node
 from cluster.cli.node_command import NODE_OPTIONS, add_corruption_policy, as_options, emulate_arg
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
-from store.cli_args import (
-    UserError,
-    non_negative_float,
-    parse_size,
-)
 from store.config import CorruptionPolicy, CrashModel, FlushMode
+from store.tools.cli_args import UserError, non_negative_float, parse_size
 
 
 def register_cluster(sub: Any) -> None:

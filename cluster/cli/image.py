@@ -16,7 +16,7 @@ from cluster.backends.image import (
     WheelSource,
     build_node_image,
 )
-from store.cli_args import UserError
+from store.tools.cli_args import UserError
 
 
 def register(subparsers: Any, bench_subparsers: Any) -> None:

@@ -1,6 +1,6 @@
 """The command-line machinery, and the commands of the cluster layer and
-below. Each area registers its own subcommands (store/cli.py,
-store/bench.py, cluster/cli/commands.py, ...), so this module only wires
+below. Each area registers its own subcommands (store/tools/cli.py,
+store/tools/bench.py, cluster/cli/commands.py, ...), so this module only wires
 them together and turns expected errors into one clear line and exit code 2
 instead of a traceback.
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from cluster.backends.interface import BackendError
 from cluster.cli import bench, commands, image
-from store import bench as store_bench
-from store import cli as store_cli
-from store.cli_args import UserError
 from store.config import ConfigError
-from store.lock import StoreLockedError
+from store.seams.lock import StoreLockedError
 from store.store import StoreOpenError
+from store.tools import bench as store_bench
+from store.tools import cli as store_cli
+from store.tools.cli_args import UserError
 
 # `register(subparsers, bench_subparsers)` of each area, in `--help` order.
 Register = Callable[[Any, Any], None]

@@ -14,11 +14,7 @@ from typing import Any
 from cluster.cli.arg_types import address
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
-from store.cli_args import (
-    UserError,
-    parse_size,
-    positive_int,
-)
+from store.tools.cli_args import UserError, parse_size, positive_int
 
 
 def register_node(sub: Any) -> None:
@@ -115,7 +111,7 @@ def add_corruption_policy(p: Any) -> None:
 
 def node_config_from_args(args: argparse.Namespace, *, token: str | None = None) -> Any:
     """The NodeConfig of `dlab node` ARGS; `token` given (a simulated
-    cluster, chaos/sim.py) instead of read from --token-file."""
+    cluster, chaos/sim/run.py) instead of read from --token-file."""
     from cluster.node.auth import TokenError, read_token_file
     from cluster.node.server import NodeConfig
     from ha.config import HAConfig

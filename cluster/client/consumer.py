@@ -61,8 +61,8 @@ import grpc
 from cluster.client.node_client import CHANNEL_OPTIONS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
+from store.log.segments import fsync_dir
 from store.names import queue_id_problem, topic_problem
-from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
 MAX_PULL_BATCH = 1024  # the node refuses more (cluster/node/consume_service.py)
@@ -211,7 +211,7 @@ class Consumer:
         self._channel_options = [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS, *channel_options]
         self._clock = clock
         # Wall time of a delivery, and a broker stub per target: a
-        # simulation passes its own (ha/transport.py's MemoryNetwork.stub);
+        # simulation passes its own (ha/transport/'s MemoryNetwork.stub);
         # by default the system clock and a grpc.aio channel per target.
         self._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
         self._stub_factory = stubs

@@ -33,7 +33,7 @@ from cluster.node.auth import read_token_file
 from cluster.node.wire import message_to_pb, status_from_pb
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
-from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
+from store.log.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
 from store.status import INDETERMINATE
 
 CHANNEL_OPTIONS = [

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 
 from ha.credentials import TOKEN_METADATA_KEY
-from ha.transport import grpc_stub
+from ha.transport.grpc_transport import grpc_stub
 from proto import broker_pb2
 from store.names import queue_id_problem, topic_problem
 from store.status import GetMessageStatus
@@ -155,7 +155,7 @@ async def sync_from_master(store: MessageStore, master: str, token: str,
     """A slave's loop: every `interval_s`, copy the master's offset table
     over its own and persist it when that changed anything. The call goes
     over a grpc.aio channel to `master`, or through `stub` (a broker stub
-    of the transport seam, ha/transport.py: the in-memory network's in a
+    of the transport seam, ha/transport/: the in-memory network's in a
     simulation)."""
     if stub is None:
         async with grpc_stub(master) as real:

@@ -3,7 +3,7 @@ fetched from a replica over the Broker service's Read RPC, with the cluster
 token. A master repairs from its slaves (`dlab node --repair-from`), a slave
 from its master. The store verifies what comes back (CRC, PHYSICALOFFSET,
 whole records ending where valid data resumes) before it writes a byte
-(store.corruption_policy._repair); this module only fetches.
+(store.log.corruption_policy._repair); this module only fetches.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from google.protobuf.message import DecodeError
 
 from cluster.node.wire import message_from_pb, result_to_pb
 from proto import broker_pb2
-from store.record import Message
+from store.log.record import Message
 from store.status import PutResult, PutStatus
 
 log = logging.getLogger("dlab.node")

@@ -48,16 +48,16 @@ from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
-from ha.transport import MemoryNetwork
+from ha.transport.streams import InProcessNetwork
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
-from store.clock import Clock, LoopClock, SystemClock
 from store.config import ConfigError, CorruptionPolicy, StoreConfig
-from store.disk import Disk
 from store.failpoints import Failpoints
-from store.flush_executor import FlushExecutor
+from store.log.record import CorruptRecordError, Message
 from store.put_path import PutBatch
 from store.put_path import flush_status as store_flush_status
-from store.record import CorruptRecordError, Message
+from store.seams.clock import Clock, LoopClock, SystemClock
+from store.seams.disk import Disk
+from store.seams.flush_executor import FlushExecutor
 from store.status import PutResult, PutStatus, worse
 from store.store import MessageStore
 
@@ -126,16 +126,16 @@ def _plain(v: Any) -> Any:
 class Node:
     """`clock` must be the loop's time (SystemClock on asyncio's own loops,
     VirtualTimeLoop.clock() on a simulated one); `executor` is where the
-    store's file IO runs (store/flush_executor.py); with `network` (an
-    ha/transport.py MemoryNetwork) the node serves no gRPC: its HA stream
+    store's file IO runs (store/seams/flush_executor.py); with `network` (an
+    ha/transport/ MemoryNetwork) the node serves no gRPC: its HA stream
     runs over that network at its `listen` address, and puts, status and
     pulls are the methods below (what the servicers call)."""
 
     def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
                  executor: FlushExecutor | None = None,
-                 network: MemoryNetwork | None = None, disk: Disk | None = None) -> None:
+                 network: InProcessNetwork | None = None, disk: Disk | None = None) -> None:
         self.config = config.validate()
-        self.disk = disk  # where the store's files live (store/disk.py; default: the OS)
+        self.disk = disk  # where the store's files live (store/seams/disk.py; default: the OS)
         self.clock = clock or SystemClock()
         self.executor = executor
         self.network = network
@@ -218,9 +218,9 @@ class Node:
             log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
                         ", ".join(sorted(store_cfg.emulate)))
 
-    def _start_in_memory(self, network: MemoryNetwork) -> None:
+    def _start_in_memory(self, network: InProcessNetwork) -> None:
         """HA and the broker's unary calls over `network` instead of gRPC
-        (ha/transport.py); a slave copies its master's consumer offsets
+        (ha/transport/); a slave copies its master's consumer offsets
         through the network's stub."""
         cfg = self.config
         store = self.store

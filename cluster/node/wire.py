@@ -4,7 +4,7 @@ the node (server side) and the client."""
 from __future__ import annotations
 
 from proto import broker_pb2
-from store.record import Message
+from store.log.record import Message
 from store.status import PutResult, PutStatus
 
 _STATUS_TO_PB = {s: broker_pb2.PutStatus.Value(s.value) for s in PutStatus}

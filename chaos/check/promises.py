@@ -1,0 +1,164 @@
+"""What a PUT_OK promises in each mode, and how one acknowledged message is
+judged against it. Pure data and logic: no Spark, no files. The pipeline
+(chaos/report/pipeline.py) builds its column expressions from PROMISES and mirrors
+judge(); tests/chaos/test_pipeline.py runs both over every combination.
+
+    mode                          a PUT_OK promises
+    SYNC_MASTER  + SYNC_FLUSH     on the master's disk, and received by a slave
+    SYNC_MASTER  + ASYNC_FLUSH    received by a slave
+    ASYNC_MASTER + SYNC_FLUSH     on the master's disk
+    ASYNC_MASTER + ASYNC_FLUSH    nothing beyond the running process
+
+The rules, for one PUT_OK operation m of a run (times are m's invoke_ms):
+
+- *held(N)*: node N's store after the run (the store the run kept, read
+  again by `dlab report`, else the run's own read-back of it) holds a record
+  whose msg_id is m's, at any offset (a client retry is the same message).
+- **disk** (flush SYNC_FLUSH): kept if held(master). If not held it is *void*
+  when the scenario damaged the master's disk at or after m was invoked (a
+  fault with damages_disk on the master; final.json disk_damaged with no such
+  fault means "at an unknown time", which voids it for every message), and a
+  *violation* otherwise. A kill never voids it: a SYNC_FLUSH ack leaves after
+  the fsync, which survives a power loss.
+- **replica** (role SYNC_MASTER): kept if some slave holds m. If none does it
+  is *void* when some slave's copy may have been destroyed at or after m was
+  invoked — its disk damaged, or the slave crashed (kill, crashing failpoint)
+  under crash_model power, since "received" is not "flushed" — and a
+  *violation* otherwise. So "received by a slave" reads as "a slave that kept
+  its memory and disk still has it": a copy missing from such a slave was
+  never received (a `trust`-policy ack, apache/rocketmq#3015) or was removed
+  by the system itself (a `truncate` slave cutting back to a master that lost
+  it) — either way the mode's promise failed. A message gone from every node
+  is therefore a violation whenever the promise was not void. A SYNC_MASTER
+  run without slaves can keep no replica promise: its PUT_OKs are violations.
+- m is **stranded** when it is missing from the recovered master and the
+  only nodes holding it are slaves that master rejects or ignores (a slave
+  found ahead of it under the `reject` or `trust` policy, at its restart or
+  at the end of the run): stored, but no producer or consumer of the
+  serving master can get it. Its replica promise is then STRANDED, not kept;
+  stranded is an outcome of its own, neither a violation nor an allowed loss.
+- m is a **violation** when any of its promises is violated (counted once);
+  an **allowed loss** when it is missing from the recovered master and is
+  neither a violation nor stranded — lost, but nothing the mode promised
+  says it should be there.
+
+What this does not judge: which attempt of a retried message survived, the
+bytes of the body (records carry its CRC, the history does not), and
+anything about messages that were not acknowledged (see INDETERMINATE in
+chaos/schema.py; the pipeline reports whether those were found).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Promise(enum.StrEnum):
+    DISK = "disk"  # on the master's disk (fsynced before the ack)
+    REPLICA = "replica"  # received by a slave before the ack
+
+
+ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
+FLUSHES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+PROMISES: dict[tuple[str, str], frozenset[Promise]] = {
+    ("SYNC_MASTER", "SYNC_FLUSH"): frozenset({Promise.DISK, Promise.REPLICA}),
+    ("SYNC_MASTER", "ASYNC_FLUSH"): frozenset({Promise.REPLICA}),
+    ("ASYNC_MASTER", "SYNC_FLUSH"): frozenset({Promise.DISK}),
+    ("ASYNC_MASTER", "ASYNC_FLUSH"): frozenset(),
+}
+
+PROMISE_TEXT = {
+    Promise.DISK: "on the master's disk",
+    Promise.REPLICA: "received by a slave",
+}
+
+
+def promises(role: str, flush: str) -> frozenset[Promise]:
+    try:
+        return PROMISES[(role, flush)]
+    except KeyError:
+        raise ValueError(f"unknown mode {role} + {flush}") from None
+
+
+def describe(role: str, flush: str) -> str:
+    """The promise of a mode in words, as in the table above."""
+    ps = promises(role, flush)
+    if not ps:
+        return "nothing beyond the running process"
+    return ", and ".join(PROMISE_TEXT[p] for p in (Promise.DISK, Promise.REPLICA) if p in ps)
+
+
+def short(role: str, flush: str) -> str:
+    """The promises of a mode as a table cell: disk+replica, disk, replica, none."""
+    ps = promises(role, flush)
+    return "+".join(p.value for p in Promise if p in ps) or "none"
+
+
+class Outcome(enum.StrEnum):
+    NOT_PROMISED = "not_promised"
+    KEPT = "kept"
+    VOID = "void"  # missing, but the scenario destroyed what the promise relied on
+    VIOLATED = "violated"
+    STRANDED = "stranded"  # held only by slaves the serving master rejects or ignores
+
+
+@dataclass(frozen=True)
+class AckVerdict:
+    """How one PUT_OK fared: per promise, and overall."""
+
+    disk: Outcome
+    replica: Outcome
+    on_master: bool
+    on_slave: bool
+    stranded: bool = False  # off the master, held only by rejected/ignored slaves
+
+    @property
+    def violation(self) -> bool:
+        return Outcome.VIOLATED in (self.disk, self.replica)
+
+    @property
+    def allowed_loss(self) -> bool:
+        return not self.on_master and not self.violation and not self.stranded
+
+    @property
+    def lost_everywhere(self) -> bool:
+        return not self.on_master and not self.on_slave
+
+
+def _judge_one(promised: bool, held: bool, void: bool) -> Outcome:
+    if not promised:
+        return Outcome.NOT_PROMISED
+    if held:
+        return Outcome.KEPT
+    return Outcome.VOID if void else Outcome.VIOLATED
+
+
+def judge(
+    role: str,
+    flush: str,
+    *,
+    on_master: bool,
+    on_slave: bool,
+    master_disk_void: bool,
+    some_slave_void: bool,
+    only_on_rejected: bool = False,
+) -> AckVerdict:
+    """Judge one PUT_OK. `master_disk_void`: the master's disk was damaged at
+    or after the message was invoked; `some_slave_void`: some slave's copy may
+    have been destroyed at or after it (disk damage, or a crash under the
+    power model); `only_on_rejected`: every slave holding it is one the
+    master rejects or ignores. See the module docstring for why."""
+    ps = promises(role, flush)
+    stranded = not on_master and on_slave and only_on_rejected
+    replica = _judge_one(Promise.REPLICA in ps, on_slave, some_slave_void)
+    if stranded and replica == Outcome.KEPT:
+        replica = Outcome.STRANDED
+    return AckVerdict(
+        disk=_judge_one(Promise.DISK in ps, on_master, master_disk_void),
+        replica=replica,
+        on_master=on_master,
+        on_slave=on_slave,
+        stranded=stranded,
+    )

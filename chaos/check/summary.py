@@ -1,0 +1,162 @@
+"""What a finished run came to, from its result directory, for the end of
+`dlab chaos run` and the matrix's live output: one line a person reads at
+once, and the same figures as a dict for `--json`.
+
+Each acknowledged message is judged by chaos.check.promises.judge against the
+mode's promises, as the report's Spark job judges it (chaos/report/pipeline.py:
+ignored slaves, void times and stranded are the same definitions), but
+from the run's own read-back only: `dlab report` reads the kept stores
+again and is the verdict of record. Counts are per acknowledgement (a
+message acknowledged twice counts twice), as in the report's verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from chaos.check import consumption, promises
+from chaos.check.run_dirs import RunInfo, load_run
+from chaos.schema import SchemaError, read_jsonl
+
+PUT_OK = "PUT_OK"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    run_dir: str
+    mode: str  # "ROLE + FLUSH"
+    promises: str  # disk+replica, disk, replica, none
+    puts: int
+    acked: int
+    not_put_ok: int  # failed with a status, or INDETERMINATE
+    acked_lost_master: int
+    acked_lost_everywhere: int
+    acked_stranded: int
+    promise_violations: int
+    slave_ahead_bytes: int  # largest gap seen, at a master restart or at the end
+    replication: str  # how the end of the run's replication settled
+    replication_stalled: bool
+    faults: list[dict[str, Any]] = field(default_factory=list)  # kind, node, at_s, until_s
+    consumer: dict[str, int | None] | None = None
+    consumer_problem: str | None = None
+
+    @property
+    def failed_share(self) -> float:
+        return self.not_put_ok / self.puts if self.puts else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "failed_share": round(self.failed_share, 4)}
+
+
+def _ignored_slaves(run: RunInfo) -> int:
+    # Imported here: the pipeline module loads Spark's Python side (a second
+    # or two), which only runs that end need.
+    from chaos.check.slave_ahead import ignored_slaves
+
+    return ignored_slaves(run)
+
+
+def _slave_ahead_bytes(run: RunInfo) -> int:
+    gaps = [o["slave_offset"] - o["master_offset"] for o in run.observations
+            if o["kind"] == "slave_ahead"]
+    master_end = int(run.nodes[0].final["wrote"])
+    gaps += [int(s.final["wrote"]) - master_end for s in run.nodes[1:]]
+    return max([0, *gaps])
+
+
+def _faults(run: RunInfo) -> list[dict[str, Any]]:
+    t0 = int(run.params["started_ms"])
+    return [{"kind": f["kind"], "node": f["node"], "peer": f["peer"],
+             "at_s": round((f["start_ms"] - t0) / 1000, 3),
+             "until_s": None if f["end_ms"] is None else round((f["end_ms"] - t0) / 1000, 3),
+             "detail": f["detail"]} for f in run.faults]
+
+
+def run_outcome(run_dir: str) -> RunOutcome:
+    """Judge one run from its directory; raises SchemaError for a malformed one."""
+    run = load_run(run_dir, 0)
+    role, flush = run.params["role"], run.params["flush"]
+    history = read_jsonl(run.history_path)
+    held: list[set[str]] = [{r["msg_id"] for r in read_jsonl(n.records_path) if r["msg_id"]}
+                            for n in run.nodes]
+    ignored = _ignored_slaves(run)
+    served = [i for i in range(1, len(run.nodes)) if not ignored >> i & 1]
+    rejected = [i for i in range(1, len(run.nodes)) if ignored >> i & 1]
+    master, slaves = run.nodes[0], run.nodes[1:]
+    acked = lost_master = lost_everywhere = stranded = violations = 0
+    for h in history:
+        if h["status"] != PUT_OK:
+            continue
+        acked += 1
+        msg, at = h["msg_id"], h["invoke_ms"]
+        on_master = msg in held[0]
+        on_slave = any(msg in held[i] for i in range(1, len(run.nodes)))
+        verdict = promises.judge(
+            role, flush, on_master=on_master, on_slave=on_slave,
+            master_disk_void=at <= master.disk_void_until_ms,
+            some_slave_void=any(at <= s.copy_void_until_ms for s in slaves),
+            only_on_rejected=(any(msg in held[i] for i in rejected)
+                              and not any(msg in held[i] for i in served)))
+        lost_master += not on_master
+        lost_everywhere += verdict.lost_everywhere
+        stranded += verdict.stranded
+        violations += verdict.violation
+    settle = [o["detail"] for o in run.observations if o["kind"] == "settle"]
+    replication = str(settle[-1]) if settle else "not recorded"
+    consumer: dict[str, int | None] | None = None
+    problem = None
+    try:
+        consumer = consumption.run_figures(run)
+    except (SchemaError, ValueError, OSError) as exc:  # the report names it in full
+        problem = str(exc)
+    return RunOutcome(
+        run_id=run.run_id, run_dir=run.run_dir, mode=f"{role} + {flush}",
+        promises=promises.short(role, flush), puts=len(history),
+        acked=acked, not_put_ok=len(history) - acked, acked_lost_master=lost_master,
+        acked_lost_everywhere=lost_everywhere, acked_stranded=stranded,
+        promise_violations=violations, slave_ahead_bytes=_slave_ahead_bytes(run),
+        replication=replication, replication_stalled=replication != "replication settled",
+        faults=_faults(run), consumer=consumer, consumer_problem=problem)
+
+
+def outcome_line(o: RunOutcome) -> str:
+    """The outcome in one line: losses and violations first, then the slave
+    ahead, the failed share and how replication ended."""
+    parts = [f"{o.acked} of {o.puts} puts acked",
+             f"{o.acked_lost_master} acked lost on the master",
+             f"{o.acked_lost_everywhere} lost everywhere",
+             f"{o.acked_stranded} stranded",
+             f"{o.promise_violations} promise violation{'' if o.promise_violations == 1 else 's'}"
+             f" ({o.promises} promised)"]
+    if o.slave_ahead_bytes:
+        parts.append(f"slave {o.slave_ahead_bytes:,} bytes ahead")
+    parts.append(f"{100 * o.failed_share:.1f} % of puts failed")
+    parts.append(f"replication stalled ({o.replication})" if o.replication_stalled
+                 else o.replication)
+    if o.consumer is not None:
+        never = o.consumer["stored_never_delivered"]
+        parts.append(f"consumer: {o.consumer['delivered']} delivered, "
+                     f"{o.consumer['duplicates_delivered']} duplicates, "
+                     f"{'?' if never is None else never} stored never delivered, "
+                     f"{o.consumer['delivered_then_lost']} delivered then lost")
+    elif o.consumer_problem:
+        parts.append(f"consumer files unreadable ({o.consumer_problem})")
+    return ", ".join(parts)
+
+
+def fault_lines(faults: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per fault: seconds since the run started, what, on which node."""
+    lines = []
+    for f in faults:
+        span = f"{f['at_s']:7.3f} s" + (f" .. {f['until_s']:.3f} s"
+                                        if f["until_s"] not in (None, f["at_s"]) else "")
+        who = (f["node"] or "") + (f" <-> {f['peer']}" if f["peer"] else "")
+        lines.append(f"  {span:<22} {f['kind']:<11} {who}"
+                     + (f"  ({f['detail']})" if f["detail"] else ""))
+    return lines
+
+
+def one_line(run_dir: str) -> str:
+    return outcome_line(run_outcome(run_dir))

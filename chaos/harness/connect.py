@@ -1,0 +1,53 @@
+"""How the harness reaches a cluster: the backend by name, a sender for the
+workload, a node's status. The one place chaos/ touches cluster/'s client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.harness.workload import SendOutcome
+from cluster.backends.interface import ClusterBackend
+from cluster.backends.registry import open_backend
+from cluster.client.node_client import AsyncNodeClient, NodeClient, make_message
+
+
+def backend_factory(name: str, directory: str) -> ClusterBackend:
+    return open_backend(name, directory)
+
+
+class _Sender:
+    """The workload's Sender over the async client (one channel per run)."""
+
+    def __init__(self, address: str, token: str) -> None:
+        self._client = AsyncNodeClient(address, token=token)
+
+    async def __aenter__(self) -> _Sender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()
+
+    async def send(self, topic: str, body: bytes, msg_id: str, timeout_s: float
+                   ) -> SendOutcome:
+        out = await self._client.send(make_message(topic, body, msg_id=msg_id),
+                                      timeout_s=timeout_s)
+        return SendOutcome(out.status, out.offset, out.size, out.detail or None)
+
+
+def sender_factory(address: str, token: str) -> _Sender:
+    return _Sender(address, token)
+
+
+def status_of(address: str, token: str) -> dict[str, Any]:
+    """The node's status as a dict: at least `wrote`, `flushed`, `recovery`
+    (the summary line of its last recovery) and `recovered_offset` (where
+    that recovery left the log, before any new write)."""
+    with NodeClient(address, token=token, timeout_s=3.0) as client:
+        st = client.status_dict()
+    recovery = st.get("recovery") or {}
+    if isinstance(recovery, dict):
+        st["recovery"] = recovery.get("summary", "")
+        st["recovered_offset"] = recovery.get("max_valid_offset")
+    else:
+        st["recovery"] = str(recovery)
+    return st

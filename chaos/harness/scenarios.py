@@ -1,0 +1,252 @@
+"""Scenarios as data: a schedule of faults against a loaded cluster.
+
+A scenario is a list of steps. Each step waits a delay drawn from its window
+(from the run's seed) after the previous step, then acts on a target node.
+Every run ends the same way whatever the scenario did (runner.py): downed
+nodes restarted and recovered, replication settled, all nodes stopped
+cleanly, every store read back from disk.
+
+Actions:
+  kill, stop, start, restart, pause, resume   on `target`
+  partition, heal                             the master-slave link
+  await_crash   wait (up to 10 s) for the target to die from an armed
+                failpoint; kill it if it has not, and say so in the fault
+  torn_tail     on a stopped target: partial record bytes after its last record
+  bit_flip      on a stopped target: one bit inside a record on disk
+  rogue_peer    on the master: a process holding the cluster token opens an
+                HA stream under its own name, reports the master's end, then
+                1 GiB beyond it every second (chaos/harness/rogue_peer.py); it runs
+                until the master ends its stream or the run ends
+Targets: master, slave (the first slave), both; and, in a scenario that
+consumes while producing, consumer: kill (SIGKILL: offsets since its last
+commit are lost), stop (clean: it commits first), start (a new incarnation,
+resuming from the offsets its broker returns).
+
+Adding a scenario is a few lines in SCENARIOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str
+    target: str = "master"
+    after_s: tuple[float, float] = (0.0, 0.0)  # delay window after the previous step
+
+
+@dataclass(frozen=True)
+class FailpointPlan:
+    """Arm `name` with `action` on `target`, to fire on a hit drawn from `hits`."""
+
+    target: str
+    name: str
+    action: str = "crash"
+    hits: tuple[int, int] = (200, 2000)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    steps: tuple[Step, ...]
+    failpoints: tuple[FailpointPlan, ...] = ()
+    load_s: float = 6.0  # producers run this long from the start (faults happen inside)
+    settle_s: float = 1.5  # load after the last step, before the end phase
+    tags: tuple[str, ...] = field(default=())
+    # A consumer process consumes while the producers produce (target
+    # "consumer" in steps); the run then records every delivery.
+    consume: bool = False
+    # How often that consumer commits its offsets (RocketMQ's
+    # persistConsumerOffsetInterval, 5 s by default).
+    consumer_commit_interval_ms: int = 5_000
+    # The nodes' consumer offset persist interval (None: the node's default,
+    # RocketMQ's 5 s), for a scenario whose fault must land before a persist.
+    offset_persist_interval_ms: int | None = None
+    # When the steps' clock starts: "start", as the consumer process is
+    # launched; "delivery" or "commit", once it has written its first row of
+    # that kind, however long its process took to start (a scenario whose
+    # fault must find the consumer consuming, or committed, says so; one
+    # that stalls delivery from the start must not wait for it).
+    consumer_ready: str = "start"
+
+
+ACTIONS = {"kill", "stop", "start", "restart", "pause", "resume", "partition", "heal",
+           "await_crash", "torn_tail", "bit_flip", "rogue_peer"}
+TARGETS = {"master", "slave", "both", "consumer"}
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def _add(s: Scenario) -> None:
+    for step in s.steps:
+        assert step.action in ACTIONS, step
+        assert s.consumer_ready in ("start", "delivery", "commit"), s
+        assert step.target in TARGETS, step
+        if step.target == "consumer":
+            assert s.consume and step.action in ("kill", "stop", "start"), step
+    SCENARIOS[s.name] = s
+
+
+_add(Scenario(
+    "master-crash", "SIGKILL the master under load, restart it",
+    (Step("kill", "master", (1.5, 3.0)), Step("start", "master", (0.5, 1.0))),
+))
+_add(Scenario(
+    "master-crash-unflushed",
+    "the master crashes at a failpoint right after an append, before its flush",
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    failpoints=(FailpointPlan("master", "after_append_before_flush", hits=(300, 3000)),),
+))
+_add(Scenario(
+    "master-crash-after-ship",
+    "the master crashes right after shipping a range, before the slave's ack arrives",
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    failpoints=(FailpointPlan("master", "after_ship_before_ack", hits=(100, 1000)),),
+))
+_add(Scenario(
+    "slave-crash", "SIGKILL the slave under load, restart it",
+    (Step("kill", "slave", (1.5, 3.0)), Step("start", "slave", (1.0, 2.0))),
+))
+_add(Scenario(
+    "slave-pause", "SIGSTOP the slave for longer than the slave timeout, then resume",
+    (Step("pause", "slave", (1.0, 2.0)), Step("resume", "slave", (3.5, 4.5))),
+    load_s=7.0,
+))
+_add(Scenario(
+    "partition", "cut the master-slave link for longer than the slave timeout, heal it",
+    (Step("partition", "master", (1.0, 2.0)), Step("heal", "master", (3.5, 4.5))),
+    load_s=7.0,
+))
+_add(Scenario(
+    "clean-restart", "stop the master cleanly (SIGTERM), start it again",
+    (Step("stop", "master", (1.5, 3.0)), Step("start", "master", (0.3, 0.8))),
+))
+_add(Scenario(
+    "double-crash", "SIGKILL master and slave together, restart both",
+    (Step("kill", "both", (1.5, 3.0)), Step("start", "both", (0.5, 1.0))),
+))
+_add(Scenario(
+    "torn-tail", "SIGKILL the master, leave a torn record at its log's end, restart",
+    (Step("kill", "master", (1.5, 3.0)), Step("torn_tail", "master"),
+     Step("start", "master", (0.2, 0.4))),
+))
+_add(Scenario(
+    "bit-flip", "stop the master, flip one bit inside a stored record, restart",
+    (Step("stop", "master", (1.5, 3.0)), Step("bit_flip", "master"),
+     Step("start", "master", (0.2, 0.4))),
+))
+
+_add(Scenario(
+    "consumer-crash",
+    "consume while producing; SIGKILL the consumer inside its 5 s offset-commit interval, "
+    "start it again (it resumes from the last committed offset)",
+    (Step("kill", "consumer", (2.0, 3.5)), Step("start", "consumer", (0.3, 0.6))),
+    consume=True, consumer_ready="delivery",
+))
+_add(Scenario(
+    "master-crash-consuming",
+    "consume while producing, committing every second; SIGKILL the master before it first "
+    "persists the committed offsets (every 5 s); while it is down the consumer stops "
+    "cleanly (its last commit goes to the slave); the master restarts and a new consumer "
+    "asks it where to resume",
+    # A running consumer keeps its offsets in memory and commits them again,
+    # so the broker's lost commits show only when a consumer asks it (a
+    # restart or rebalance). The clean stop commits first: every redelivery
+    # here is the broker's doing, not the consumer's.
+    (Step("kill", "master", (1.5, 3.0)), Step("stop", "consumer", (0.2, 0.4)),
+     Step("start", "master", (0.3, 0.6)), Step("start", "consumer", (0.0, 0.2))),
+    # The steps start once the consumer's first commit is accepted; the
+    # nodes persist the table every 30 s here, so the kill still lands
+    # before the first persist however long the consumer took to start.
+    consume=True, consumer_commit_interval_ms=1_000, offset_persist_interval_ms=30_000,
+    consumer_ready="commit",
+))
+_add(Scenario(
+    "slave-crash-consuming",
+    "consume while producing; SIGKILL the slave (which holds a copy of the offsets), "
+    "restart it",
+    (Step("kill", "slave", (2.0, 3.5)), Step("start", "slave", (0.5, 1.0))),
+    consume=True,
+))
+# Disk faults of the fsync itself and a stalled flusher; also the scenarios
+# of the known-bug corpus (chaos/commands/bugs.py), so not in the default matrix.
+_add(Scenario(
+    "fsync-eio",
+    "one of the master's fsyncs fails with EIO (the bytes it was to make durable are "
+    "discarded, as Linux drops dirty pages after a failed writeback); SIGKILL the master "
+    "later, restart it",
+    (Step("kill", "master", (2.5, 3.5)), Step("start", "master", (0.5, 1.0))),
+    # Early enough to fire before the kill on a slow disk too: at 10 ms an
+    # fsync, group commit makes about 30 fsyncs a second of 4 x 25 puts/s
+    # (on the sim, 20-80 missed the kill in 9 of 200 seeds, all slow disks).
+    failpoints=(FailpointPlan("master", "flush_fsync", "eio", hits=(10, 40)),),
+))
+_add(Scenario(
+    "flusher-stall-crash-consuming",
+    "consume while producing; the master's flusher stalls 2.5 s before writing what it "
+    "took (still in memory under the power model), then the master is SIGKILLed; restart",
+    # The stall outlasts the consumer's start (under a second), so a hit
+    # early in the load is as good as a late one.
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    failpoints=(FailpointPlan("master", "flush_before_write", "delay:2500+crash",
+                              hits=(100, 250)),),
+    consume=True,
+))
+
+_add(Scenario(
+    "slave-truncate-crash",
+    "the master crashes right after shipping a range (the slave is then ahead of it); "
+    "restarted, it tells the slave to truncate (slave-ahead policy truncate), and the "
+    "slave crashes right after its truncation, before it reports; it is down about 2 s "
+    "while the master takes puts, then restarts",
+    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6)),
+     Step("await_crash", "slave", (0.0, 0.0)), Step("start", "slave", (2.0, 2.5))),
+    # An ASYNC_MASTER at 200 puts/s ships a few hundred ranges in its first
+    # 10 s: the master's hit falls inside await_crash's wait.
+    failpoints=(FailpointPlan("master", "after_ship_before_ack", hits=(40, 200)),
+                FailpointPlan("slave", "slave_after_truncate_before_report", hits=(1, 1))),
+))
+_add(Scenario(
+    "dispatch-stall-clean-restart",
+    "consume while producing; the master's consume-queue dispatch stalls 12 s (its reput "
+    "service is stuck; puts go on); the slave is paused (SIGSTOP) and the master stopped "
+    "cleanly (SIGTERM) while it stalls; the master starts again, then the slave resumes",
+    # The stall starts at the first or second dispatch pass with records
+    # (within about 2 s of the load's start), so the stop falls inside it
+    # with the close's 5 s drain of --emulate rmq-405 ending before it does.
+    # The paused slave cannot serve the consumer while the master is down
+    # (pulls fall over to a slave): what the master's queues lack shows.
+    (Step("pause", "slave", (3.5, 4.0)), Step("stop", "master", (0.2, 0.4)),
+     Step("start", "master", (0.3, 0.6)), Step("resume", "slave", (0.5, 1.0))),
+    failpoints=(FailpointPlan("master", "reput_before_dispatch", "delay:12000",
+                              hits=(1, 2)),),
+    consume=True,
+))
+_add(Scenario(
+    "rogue-ha-peer",
+    "a rogue HA peer (cluster token, its own name) reports 1 GiB beyond the master's end; "
+    "the slave is paused (SIGSTOP) meanwhile; SIGKILL the master, resume the slave, "
+    "restart the master",
+    (Step("rogue_peer", "master", (1.8, 2.2)), Step("pause", "slave", (0.5, 0.8)),
+     Step("kill", "master", (3.0, 3.5)), Step("resume", "slave", (1.5, 2.0)),
+     Step("start", "master", (0.0, 0.2))),
+))
+
+DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-after-ship",
+                  "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
+                  "torn-tail", "bit-flip", "consumer-crash", "master-crash-consuming",
+                  "slave-crash-consuming")
+QUICK_MATRIX = ("master-crash", "master-crash-unflushed", "clean-restart",
+                "master-crash-consuming")
+
+
+def get(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}"
+        ) from None

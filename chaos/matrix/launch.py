@@ -1,0 +1,50 @@
+"""Starting runs from a command: the run of a RunConfig on its backend, and
+the results directory a command was given, checked before anything starts.
+Shared by `dlab chaos run|matrix|replay|compare-backends`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from chaos.harness import scenarios
+from chaos.harness.runner import Run, RunConfig
+from store.tools.cli_args import UserError
+
+
+def scenario_list(text: str) -> list[str]:
+    """--scenarios: comma-separated names, each a shipped scenario."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in scenarios.SCENARIOS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario(s) {', '.join(unknown)}; see `dlab chaos scenarios`")
+    return names
+
+
+def results_dir(path: str, option: str = "--out") -> None:
+    """--out: a directory, made if missing; refused clearly before any run
+    starts (a cluster would otherwise be started and torn down for nothing)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{option} {path} is a file, not a directory: give a directory for the "
+                        "results (it is created if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot create it ({exc.strerror or exc}); give a "
+                        "directory this user can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path} is not writable by this user; give another directory")
+
+
+def make_run(cfg: RunConfig, log: Any = None) -> Any:
+    """A run of `cfg` on its backend: anything with execute() -> run dir."""
+    if cfg.backend == "sim":
+        from chaos.sim.run import SimRun
+
+        return SimRun(cfg, log=log or (lambda s: None))
+    from chaos.harness.connect import backend_factory, sender_factory, status_of
+
+    return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
+               status=status_of, log=log or (lambda s: None))

@@ -1,0 +1,677 @@
+"""report.md, report.html and the plots of a report, from the pipeline's
+small tables (pandas). The document is built once as a list of blocks and
+rendered twice, so the Markdown and the HTML always say the same thing.
+
+The report leads with the loss grid (modes x scenarios), then what each mode
+promises, a durability table, the rates of each outcome over a row's runs
+(with their intervals, chaos/check/rates.py), an availability/latency table, the
+findings, the plots, the runs that lost data (their timelines,
+chaos/report/run_pages.py), every run linked to its page, and a glossary of every
+column.
+
+Plots (PNG, matplotlib's object API: no pyplot, no global backend):
+- outcomes.png      per mode, the puts by outcome in absolute counts on a
+                    log axis: acknowledged and kept, allowed loss, stranded,
+                    promise violation, failed, indeterminate
+- slave_ahead.png   per mode, each run's slave-ahead bytes at the master's
+                    restart
+- runs/RUN.png      per run (chaos/report/run_pages.py): operations, faults per
+                    node, latency per put with p50/p99, puts per second
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from chaos.check import promises, rates
+from chaos.check.run_dirs import Problem, RunInfo
+from chaos.report import run_pages
+
+PLOTS = "plots"
+RUNS = "runs"
+FEATURED_RUNS = 4  # run timelines shown in the report itself
+OUTCOME_COLORS = {
+    "acknowledged, kept": "#4c9f70",
+    "allowed loss": "#f2b134",
+    "stranded": "#9b5de5",
+    "promise violation": "#d1495b",
+    "failed": "#8d99ae",
+    "indeterminate": "#2b2d42",
+}
+FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "pause": "#f2b134",
+                "partition": "#00798c", "torn_tail": "#6a4c93", "bit_flip": "#6a4c93",
+                "failpoint": "#edae49"}
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    links: list[list[str | None]] | None = None  # per cell: where it links to
+    classes: list[list[str]] | None = None  # per cell: its severity (CSS class)
+    row_ids: list[str | None] | None = None  # per row: an anchor
+
+
+# ("h1"|"h2"|"p"|"ul", text or items) | ("table", Table) | ("img", (alt, path))
+# | ("link", (text, href))
+Block = tuple[str, Any]
+
+
+def mode_label(role: str, flush: str) -> str:
+    return f"{role} + {flush}"
+
+
+def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
+    present = set(zip(verdicts["role"], verdicts["flush"], strict=True))
+    return [m for m in promises.PROMISES if m in present]
+
+
+def _fmt(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return "–"
+    if isinstance(v, bool | np.bool_):
+        return "yes" if v else "no"
+    if isinstance(v, float | np.floating):
+        return f"{v:.3g}" if abs(float(v)) < 1000 else f"{v:,.0f}"
+    if isinstance(v, int | np.integer):
+        return f"{int(v):,}"
+    return str(v)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
+    """A short plain-language finding for one mode over its runs."""
+    acked = int(runs["acked"].sum())
+    v = int(runs["promise_violations"].sum())
+    lost_m = int(runs["acked_lost_master"].sum())
+    lost_e = int(runs["acked_lost_everywhere"].sum())
+    allowed = int(runs["allowed_loss"].sum())
+    stranded = int(runs["acked_stranded"].sum())
+    parts = [f"Promises: {promises.describe(role, flush)}. Over {_plural(len(runs), 'run')} "
+             f"({', '.join(sorted(runs['scenario'].unique()))}), {_plural(acked, 'put')} "
+             "acknowledged."]
+    if v:
+        bad = runs[runs["promise_violations"] > 0]
+        parts.append(f"**{_plural(v, 'acknowledged message')} broke the mode's promise** in "
+                     f"{_plural(len(bad), 'run')} "
+                     f"({', '.join(sorted(bad['scenario'].unique()))}).")
+    else:
+        parts.append("No acknowledged message broke the mode's promise.")
+    if lost_m:
+        parts.append(f"{_plural(lost_m, 'acknowledged message')} went missing from the "
+                     f"recovered master, {lost_e:,} from every node; {allowed:,} of the losses "
+                     "are allowed by what the mode promises.")
+        if stranded:
+            parts.append(f"**{_plural(stranded, 'acknowledged message')} stranded**: held only "
+                         "by a slave the serving master rejects or ignores, so no producer "
+                         "or consumer of that master can get them.")
+    else:
+        parts.append("The recovered master kept every acknowledged message.")
+    for when, text in (("restart", "the recovered master at its restart"),
+                       ("end", "the master at the end of the run")):
+        ahead = runs[runs[f"slave_ahead_at_{when}_bytes"] > 0]
+        if len(ahead):
+            parts.append(
+                f"A slave was ahead of {text} in {_plural(len(ahead), 'run')} (up to "
+                f"{int(ahead[f'slave_ahead_at_{when}_bytes'].max()):,} bytes, "
+                f"{_plural(int(ahead[f'slave_ahead_at_{when}_messages'].max()), 'message')}).")
+    div = runs[runs["divergent_records"] > 0]
+    if len(div):
+        parts.append(f"Master and slave logs held different records at the same offsets in "
+                     f"{_plural(len(div), 'run')}.")
+    dup = int(runs["duplicates"].sum())
+    if dup:
+        parts.append(f"{_plural(dup, 'message')} stored twice.")
+    puts = int(runs["puts"].sum())
+    if puts:
+        parts.append(f"{runs['failed'].sum() / puts:.1%} of puts failed.")
+    parts += consume_finding(runs)
+    return " ".join(parts)
+
+
+def consume_finding(runs: pd.DataFrame) -> list[str]:
+    """The consume side of a mode's finding: one sentence, or none when no
+    run of the mode consumed."""
+    consumed = runs[runs["delivered"].notna()]
+    if not len(consumed):
+        return []
+    dups = int(consumed["duplicates_delivered"].sum())
+    lost = int(consumed["delivered_then_lost"].sum())
+    drained = consumed[consumed["stored_never_delivered"].notna()]
+    never = int(drained["stored_never_delivered"].sum())
+    if not len(drained):
+        stored = ", the consumer never drained (what was stored but not delivered is unknown)"
+    elif never:
+        stored = f", **{_plural(never, 'stored message')} never delivered**"
+    else:
+        stored = ", every stored message delivered"
+    if len(drained) < len(consumed) and len(drained):
+        stored += f" (of {_plural(len(drained), 'run')} whose consumer drained)"
+    return [
+        f"Consuming while producing ({_plural(len(consumed), 'run')}, "
+        f"{', '.join(sorted(consumed['scenario'].unique()))}): "
+        f"{dups:,} duplicate deliver{'y' if dups == 1 else 'ies'}" + stored
+        + (f", **{_plural(lost, 'message')} delivered and then lost** (consumed before "
+           f"{'it was' if lost == 1 else 'they were'} durable)." if lost
+           else ", nothing delivered that was later lost.")]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def group_anchor(role: str, flush: str, scenario: str) -> str:
+    return "runs-" + _slug(f"{role} {flush} {scenario}")
+
+
+def run_page(run_id: str) -> str:
+    """The run's page, relative to the report."""
+    return f"{RUNS}/{quote(run_id)}.html"
+
+
+def _severity(violations: int, stranded: int, lost_master: int) -> str:
+    return ("violation" if violations else "stranded" if stranded
+            else "loss" if lost_master else "ok")
+
+
+def loss_grid(verdicts: pd.DataFrame) -> Table:
+    """Modes x scenarios; a cell: acknowledged messages lost on the master /
+    lost everywhere / stranded / promise violations, and its runs."""
+    scenarios = sorted(verdicts["scenario"].unique())
+    rows, links, classes = [], [], []
+    for role, flush in _modes(verdicts):
+        row, cls = [mode_label(role, flush)], [""]
+        link: list[str | None] = [None]
+        for scenario in scenarios:
+            g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)
+                         & (verdicts["scenario"] == scenario)]
+            if not len(g):
+                row.append("–")
+                link.append(None)
+                cls.append("none")
+                continue
+            lost_m = int(g["acked_lost_master"].sum())
+            lost_e = int(g["acked_lost_everywhere"].sum())
+            stranded, v = int(g["acked_stranded"].sum()), int(g["promise_violations"].sum())
+            row.append(f"{lost_m:,} / {lost_e:,} / {stranded:,} / {v:,} · "
+                       f"{_plural(len(g), 'run')}")
+            link.append(run_page(g["run_id"].iloc[0]) if len(g) == 1
+                        else "#" + group_anchor(role, flush, scenario))
+            cls.append(_severity(v, stranded, lost_m))
+        rows.append(row)
+        links.append(link)
+        classes.append(cls)
+    return Table(["mode", *scenarios], rows, links=links, classes=classes)
+
+
+def _conditions(df: pd.DataFrame) -> list[str]:
+    # Run conditions appear only when the sweep varied them.
+    return [c for c in ("backend", "crash_model", "slave_ahead_policy", "ha_ship_limit",
+                        "corruption_policy")
+            if c in df.columns and df[c].nunique() > 1]
+
+
+DURABILITY = {
+    "runs": "runs in the row (n)",
+    "acked": "distinct messages acknowledged with PUT_OK",
+    "lost on master": "acknowledged messages missing from the recovered master",
+    "lost everywhere": "acknowledged messages missing from every node",
+    "stranded": "lost on the master and held only by slaves the master rejects or ignores",
+    "violations": "acknowledged messages gone from where the mode promised them",
+    "allowed loss": "lost on the master, not covered by any promise of the mode",
+    "slave ahead": "runs where a slave held more than the recovered master (max bytes)",
+    "diverged": "runs where master and slave hold different records at one offset",
+    "duplicates": "message ids stored at more than one offset",
+    "indeterminate": "puts whose outcome the client cannot know (timeout, broken call)",
+}
+CONSUME = {
+    "dup. delivered": "messages the consumer was handed more than once",
+    "never delivered": "stored on the master at the end, never handed to the consumer",
+    "delivered then lost": "handed to the consumer, then lost from the cluster",
+}
+AVAILABILITY = {
+    "puts": "put operations in the row",
+    "failed": "puts not answered PUT_OK, and their share",
+    "failures by status": "failed puts by the status they got",
+    "fault → PUT_OK s": "the longest time from a fault to the first PUT_OK invoked after it",
+    "unwritable": "runs where some fault had no PUT_OK after it until the end of the run",
+    "p50 ms, p99 ms": "PUT_OK latency percentiles, measured in µs, over every PUT_OK of the row",
+}
+# The Rates table: a column per outcome of chaos.check.rates.OUTCOMES, in its order.
+RATES = {
+    "n": "runs in the row; every rate below is out of these",
+    "runs lost on master": "runs where some acknowledged message was missing from the "
+                           "recovered master",
+    "runs lost everywhere": "runs where some acknowledged message was missing from every node",
+    "runs violated": "runs where some acknowledged message broke the mode's promise",
+    "runs stranded": "runs where some acknowledged message was held only by slaves the master "
+                     "rejects or ignores",
+    "runs slave ahead": "runs where a slave held more than the master, at its restart or at "
+                        "the end of the run",
+    "runs diverged": "runs where master and slave held different records at one offset",
+    "k/n (lo–hi %)": "k of the row's n runs showed the outcome; lo–hi is the 95 % Wilson score "
+                     "interval for the rate of runs that show it (chaos/check/rates.py)",
+    "lost on master per run": "min / median / max over the row's runs of the acknowledged "
+                              "messages missing from the recovered master",
+}
+GRID = {
+    "grid cell": "acknowledged messages lost on the master / lost everywhere / stranded / "
+                 "promise violations, and the number of runs; red: a violation, purple: "
+                 "stranded, amber: an allowed loss, green: nothing acknowledged was lost",
+}
+
+
+def _group_cells(row: Any, conditions: list[str]) -> tuple[list[str], list[str | None]]:
+    anchor = "#" + group_anchor(row["role"], row["flush"], row["scenario"])
+    cells = [mode_label(row["role"], row["flush"]), row["scenario"],
+             *[str(row[c]) for c in conditions]]
+    return cells, [None, anchor, *[None for _ in conditions]]
+
+
+def durability_table(comparison: pd.DataFrame) -> Table:
+    conditions = _conditions(comparison)
+    consume = comparison["delivered_then_lost"].notna().any()
+    header = ["mode", "scenario", *conditions, *DURABILITY, *(CONSUME if consume else ())]
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        ahead = (f"{int(r['slave_ahead_runs']):,} ({int(r['slave_ahead_at_restart_bytes_max']):,}"
+                 f" B)" if r["slave_ahead_runs"] else "0")
+        cells += [_fmt(r["runs"]), _fmt(r["acked_distinct"]), _fmt(r["acked_lost_master"]),
+                  _fmt(r["acked_lost_everywhere"]), _fmt(r["acked_stranded"]),
+                  _fmt(r["promise_violations"]), _fmt(r["allowed_loss"]), ahead,
+                  _fmt(r["divergence_runs"]), _fmt(r["duplicates"]), _fmt(r["indeterminate"])]
+        if consume:
+            cells += [_fmt(r["duplicates_delivered"]), _fmt(r["stored_never_delivered"]),
+                      _fmt(r["delivered_then_lost"])]
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        sev = _severity(int(r["promise_violations"]), int(r["acked_stranded"]),
+                        int(r["acked_lost_master"]))
+        classes.append([""] * len(link) + [""] + [sev] * 6 + [""] * (len(cells) - len(link) - 7))
+    return Table(header, rows, links=links, classes=classes)
+
+
+def rates_table(comparison: pd.DataFrame) -> Table:
+    """Per comparison row: n, then for each outcome of chaos.check.rates.OUTCOMES
+    the runs that showed it as "k/n (lo–hi %)", then the spread of the
+    messages lost on the master per run."""
+    conditions = _conditions(comparison)
+    outcomes = [name for name, _, _ in rates.OUTCOMES]
+    header = ["mode", "scenario", *conditions, *RATES]
+    header.remove("k/n (lo–hi %)")  # the form of a cell, explained in the glossary
+    # An outcome seen in some run is coloured as in the grid.
+    severity = {"lost_master": "loss", "lost_everywhere": "loss", "violation": "violation",
+                "stranded": "stranded"}
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        n = int(r["runs"])
+        cells.append(f"{n:,}")
+        cells += [rates.rate_cell(int(r[f"runs_{o}"]), n, r[f"runs_{o}_ci_low"],
+                                  r[f"runs_{o}_ci_high"]) for o in outcomes]
+        cells.append(f"{int(r['acked_lost_master_min']):,} / "
+                     f"{_fmt(r['acked_lost_master_median'])} / "
+                     f"{int(r['acked_lost_master_max']):,}")
+        assert len(cells) == len(header), "RATES and rates.OUTCOMES are out of step"
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        classes.append([""] * (len(link) + 1)
+                       + [severity.get(o, "") if r[f"runs_{o}"] else "" for o in outcomes]
+                       + [""])
+    return Table(header, rows, links=links, classes=classes)
+
+
+def _ms(us: Any) -> str:
+    return "–" if us is None or pd.isna(us) else f"{float(us) / 1000:.3g}"
+
+
+def _statuses(text: str) -> str:
+    counts = json.loads(text)
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+                     ) or "–"
+
+
+def availability_table(comparison: pd.DataFrame) -> Table:
+    conditions = _conditions(comparison)
+    header = ["mode", "scenario", *conditions, "runs", "puts", "failed", "failures by status",
+              "fault → PUT_OK s", "unwritable", "p50 ms", "p99 ms"]
+    rows, links, classes = [], [], []
+    for _, r in comparison.iterrows():
+        cells, link = _group_cells(r, conditions)
+        unwritable = int(r["unwritable_runs"])
+        cells += [_fmt(r["runs"]), _fmt(r["puts"]),
+                  f"{int(r['failed']):,} ({r['failed_put_share']:.1%})",
+                  _statuses(r["failed_by_status"]), _fmt(r["fault_to_put_ok_s_max"]),
+                  f"{unwritable:,} until the end" if unwritable else "0",
+                  _ms(r["put_ok_p50_us"]), _ms(r["put_ok_p99_us"])]
+        rows.append(cells)
+        links.append(link + [None] * (len(cells) - len(link)))
+        classes.append([""] * (len(cells) - 3) + ["violation" if unwritable else ""] + ["", ""])
+    return Table(header, rows, links=links, classes=classes)
+
+
+def runs_table(verdicts: pd.DataFrame) -> Table:
+    rows, links, classes, ids = [], [], [], []
+    seen: set[str] = set()
+    for r in verdicts.itertuples():
+        anchor = group_anchor(r.role, r.flush, r.scenario)
+        ids.append(None if anchor in seen else anchor)
+        seen.add(anchor)
+        rows.append([r.run_id, mode_label(r.role, r.flush), r.scenario, str(r.seed),
+                     f"{r.acked_lost_master:,} / {r.acked_lost_everywhere:,} / "
+                     f"{r.acked_stranded:,} / {r.promise_violations:,}",
+                     f"{r.failed_put_share:.1%}",
+                     "until the end" if r.unwritable_until_end else _fmt(r.fault_to_put_ok_s)])
+        links.append([run_page(r.run_id)] + [None] * 6)
+        classes.append([""] * 4 + [_severity(r.promise_violations, r.acked_stranded,
+                                             r.acked_lost_master)] + ["", ""])
+    return Table(["run", "mode", "scenario", "seed", "lost m / e / s / v", "failed",
+                  "fault → PUT_OK s"], rows, links=links, classes=classes, row_ids=ids)
+
+
+READING = [
+    "The **loss grid** answers which mode loses what: one row per mode, one column per "
+    "scenario. Each cell counts acknowledged (PUT_OK) messages lost on the master / lost "
+    "everywhere / stranded / promise violations, and says how many runs it sums. A cell "
+    "links to its run (or its runs).",
+    "Red is a broken promise, purple a stranded message, amber a loss the mode allows, green "
+    "nothing lost. What each mode promises is in the table under the grid.",
+    "**Durability** and **Availability and latency** split the same rows; every column is "
+    "explained in the Glossary at the end.",
+    "Each run has a page (runs/RUN.html): its operations over time per producer and consumer, "
+    "its faults per node, the lost message ids and links to its raw files.",
+    "A cell of one run is one sample: rerun with other seeds (dlab chaos matrix --runs N) "
+    "before drawing a conclusion. The **Rates** table says, per row, how many of its n runs "
+    "showed each outcome, with a 95 % interval for the rate.",
+]
+
+
+def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
+              plots: list[tuple[str, str]], lost_plots: list[tuple[str, str, str]]
+              ) -> list[Block]:
+    n_v = int(verdicts["promise_violations"].sum())
+    blocks: list[Block] = [
+        ("h1", "Durability report"),
+        ("p", f"{_plural(len(verdicts), 'run')} reported"
+              + (f", {len(problems):,} left out (see the end)" if problems else "")
+              + f"; {_plural(n_v, 'promise violation')} in all."),
+        ("h2", "Reading this report"),
+        ("ul", READING),
+        ("h2", "Loss grid"),
+        ("p", "Acknowledged messages lost on the master / lost everywhere / stranded / "
+              "promise violations, and runs."),
+        ("table", loss_grid(verdicts)),
+        ("h2", "What a PUT_OK promises"),
+        ("table", Table(["mode", "promise"], [
+            [mode_label(r, f), promises.describe(r, f)] for r, f in promises.PROMISES])),
+        ("p", "A violation is a promised message that is gone from where it was promised; an "
+              "allowed loss is an acknowledged message missing from the recovered master that "
+              "no promise covered; a stranded one is missing from it and held only by slaves "
+              "it rejects or ignores (found ahead of it under the reject or trust policy). "
+              "A promise is void for a node whose disk the scenario "
+              "damaged, or (for a slave's copy) that crashed under the power crash model. "
+              "Exact definitions: chaos/check/promises.py and chaos/report/pipeline.py."),
+        ("h2", "Durability"),
+        ("table", durability_table(comparison)),
+        ("h2", "Rates"),
+        ("p", "How many of each row's n runs showed each outcome, as k/n with the 95 % Wilson "
+              "interval for the rate: with few runs the interval is wide, and 0/n does not "
+              "mean never."),
+        ("table", rates_table(comparison)),
+        ("h2", "Availability and latency"),
+        ("table", availability_table(comparison)),
+        ("h2", "Findings"),
+    ]
+    for role, flush in _modes(verdicts):
+        runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
+        blocks += [("h3", mode_label(role, flush)), ("p", finding(role, flush, runs))]
+    blocks.append(("h2", "Plots"))
+    blocks += [("img", plot) for plot in plots]
+    if lost_plots:
+        lost_any = bool((verdicts["acked_lost_master"] > 0).any())
+        blocks += [("h2", "Runs that lost data" if lost_any else "The run with the most faults"),
+                   ("p", "Per run: each producer's and consumer's operations, the faults per "
+                         "node, the latency of every put with its p50 and p99, and puts per "
+                         "second. The run's page has its lost message ids and files.")]
+        for run_id, rel, page in lost_plots:
+            blocks += [("h3", run_id), ("link", (f"the page of {run_id}", page)),
+                       ("img", (f"timeline of {run_id}", rel))]
+    blocks += [("h2", "Runs"), ("table", runs_table(verdicts))]
+    disk = [(r, node, off, "damaged on disk at") for r in verdicts.itertuples()
+            for node, off in json.loads(r.disk_damage_by_node).items()]
+    disk += [(r, node, off, "kept store differs from the run's read-back from")
+             for r in verdicts.itertuples()
+             for node, off in json.loads(r.store_changed_by_node).items()]
+    if disk:
+        blocks += [("h2", "Stores damaged or changed on disk"), (
+            "p", "Per node, read from the store the run kept where it did (the verdicts are "
+                 "judged from what the store holds now), else from the run's read-back."),
+            ("ul", [f"{r.run_id}: {node} {what} offset {off:,}"
+                    for r, node, off, what in disk])]
+    if problems:
+        blocks += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
+    blocks += [("h2", "Glossary"), ("ul", [
+        f"**{name}**: {text}" for name, text in
+        {**GRID, **DURABILITY, **CONSUME, **RATES, **AVAILABILITY,
+         "lost m / e / s / v": "per run, as in a grid cell",
+         "conditions": "backend, crash_model, slave_ahead_policy, ha_ship_limit, "
+                       "corruption_policy appear as "
+                       "columns when the runs varied them",
+         "tables": "verdicts.csv (a row per run), comparison.csv (a row per mode, scenario "
+                   "and conditions), timeline.csv and lost.csv (the lost message ids) hold "
+                   "every figure"}.items()])]
+    return blocks
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(blocks: Sequence[Block]) -> str:
+    out: list[str] = []
+    for kind, body in blocks:
+        if kind in ("h1", "h2", "h3"):
+            out.append(f"{'#' * int(kind[1])} {body}")
+        elif kind == "p":
+            out.append(body)
+        elif kind == "ul":
+            out.append("\n".join(f"- {_md_cell(item)}" for item in body))
+        elif kind == "table":
+            out.append("\n".join(
+                [f"| {' | '.join(_md_cell(h) for h in body.header)} |",
+                 f"| {' | '.join('---' for _ in body.header)} |"]
+                + [f"| {' | '.join(_md_table_cell(body, i, j) for j in range(len(row)))} |"
+                   for i, row in enumerate(body.rows)]))
+        elif kind == "link":
+            text, href = body
+            out.append(f"[{_md_cell(text)}]({href})")
+        elif kind == "img":
+            alt, path = body
+            out.append(f"![{alt}]({path})")
+        else:
+            raise AssertionError(f"unknown block {kind}")
+    return "\n\n".join(out) + "\n"
+
+
+def _md_table_cell(table: Table, i: int, j: int) -> str:
+    text = _md_cell(table.rows[i][j])
+    href = table.links[i][j] if table.links else None
+    if href:
+        text = f"[{text}]({href})"
+    if j == 0 and table.row_ids and table.row_ids[i]:
+        text = f'<a id="{table.row_ids[i]}"></a>{text}'
+    return text
+
+
+def _html_table(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    rows = []
+    for i, row in enumerate(table.rows):
+        row_id = table.row_ids[i] if table.row_ids else None
+        cells = []
+        for j, text in enumerate(row):
+            href = table.links[i][j] if table.links else None
+            cls = table.classes[i][j] if table.classes else ""
+            body = html.escape(text)
+            if href:
+                body = f'<a href="{html.escape(href)}">{body}</a>'
+            cells.append(f'<td class="{cls}">{body}</td>' if cls else f"<td>{body}</td>")
+        rows.append((f'<tr id="{row_id}">' if row_id else "<tr>") + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# Severity colours of the grid and the tables; no table may be wider than a
+# 1400 px window (tests/chaos/test_report_browser.py measures it in Chromium).
+CSS = [
+    "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
+    "table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0}",
+    "td,th{border:1px solid #ccc;padding:.2rem .35rem;text-align:right;"
+    "overflow-wrap:break-word}",
+    "th{background:#f4f4f4;vertical-align:bottom;overflow-wrap:normal}",
+    "td:first-child,th:first-child{text-align:left}img{max-width:100%}",
+    "td.violation{background:#f4c7cd}td.stranded{background:#e0cdf7}",
+    "td.loss{background:#fbe3b0}td.ok{background:#cfe9d9}td.none{color:#999}",
+    "td.violation,td.stranded,td.loss,td.ok,td.none{text-align:center}",
+]
+
+
+def _html_text(text: str) -> str:
+    # The only inline markup the document uses is **bold**.
+    parts = html.escape(text).split("**")
+    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def render_html(blocks: Sequence[Block]) -> str:
+    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+           "<title>Durability report</title><style>", *CSS, "</style></head><body>"]
+    for kind, body in blocks:
+        if kind in ("h1", "h2", "h3"):
+            out.append(f'<{kind} id="{_slug(body)}">{_html_text(body)}</{kind}>')
+        elif kind == "p":
+            out.append(f"<p>{_html_text(body)}</p>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{_html_text(i)}</li>" for i in body) + "</ul>")
+        elif kind == "table":
+            out.append(_html_table(body))
+        elif kind == "link":
+            text, href = body
+            out.append(f'<p><a href="{html.escape(href)}">{html.escape(text)}</a></p>')
+        elif kind == "img":
+            alt, path = body
+            out.append(f'<p><img src="{html.escape(path)}" alt="{html.escape(alt)}"></p>')
+        else:
+            raise AssertionError(f"unknown block {kind}")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ plots
+def _save(fig: Figure, out_dir: str, name: str) -> str:
+    rel = f"{PLOTS}/{name}"
+    fig.savefig(os.path.join(out_dir, rel), dpi=100, bbox_inches="tight")
+    return rel
+
+
+def _mode_axes(fig: Figure, n: int) -> list[Any]:
+    cols = 1 if n == 1 else 2
+    rows = (n + cols - 1) // cols
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return list(axes[:n])
+
+
+def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
+    """Per mode, the puts by outcome in absolute counts on a log axis, so a
+    handful of lost messages shows beside thousands of failed puts."""
+    modes = _modes(verdicts)
+    counts: dict[str, list[int]] = {k: [] for k in OUTCOME_COLORS}
+    for role, flush in modes:
+        g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
+        viol, allowed = g["promise_violations"].sum(), g["allowed_loss"].sum()
+        # A stranded message that is also a violation is drawn as a violation;
+        # per run, stranded minus violations is a lower bound on the rest.
+        stranded = (g["acked_stranded"] - g["promise_violations"]).clip(lower=0).sum()
+        indet = g["indeterminate"].sum()
+        values = [g["acked"].sum() - viol - allowed - stranded, allowed, stranded, viol,
+                  g["failed"].sum() - indet, indet]
+        for key, value in zip(OUTCOME_COLORS, values, strict=True):
+            counts[key].append(int(value))
+    fig = Figure(figsize=(10, 1.0 + 1.1 * len(modes)), layout="constrained")
+    ax = fig.subplots()
+    height = 0.8 / len(OUTCOME_COLORS)
+    for k, (key, color) in enumerate(OUTCOME_COLORS.items()):
+        y = np.arange(len(modes)) + (k - (len(OUTCOME_COLORS) - 1) / 2) * height
+        widths = np.array(counts[key], dtype=float)
+        ax.barh(y, np.where(widths > 0, widths, np.nan), height=height, color=color, label=key)
+        for yi, n in zip(y, counts[key], strict=True):
+            ax.text(max(n, 1) * 1.15, yi, f"{n:,}", va="center", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlim(0.8, max(max(max(v) for v in counts.values()), 1) * 8)
+    ax.set_yticks(range(len(modes)), [mode_label(r, f) for r, f in modes], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("puts (log scale)")
+    ax.set_title("Outcome of every put, per mode (absolute counts)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+    return _save(fig, out_dir, "outcomes.png")
+
+
+def plot_slave_ahead(out_dir: str, verdicts: pd.DataFrame) -> str:
+    modes = _modes(verdicts)
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
+    rng = np.random.default_rng(0)  # jitter only; fixed so plots are reproducible
+    for i, (role, flush) in enumerate(modes):
+        g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
+        y = g["slave_ahead_at_restart_bytes"].to_numpy(dtype=float)
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(y)), y, s=12, alpha=0.6)
+        if len(y):
+            ax.hlines(y.max(), i - 0.3, i + 0.3, color="black", linewidth=1)
+    ax.set_xticks(range(len(modes)), [mode_label(r, f).replace(" + ", "\n") for r, f in modes])
+    ax.set_yscale("symlog", linthresh=1024)
+    ax.set_ylabel("bytes (0 = not ahead; line = max)")
+    ax.set_title("Slave ahead of the recovered master, per run")
+    return _save(fig, out_dir, "slave_ahead.png")
+
+
+def write_report(out_dir: str, *, verdicts: pd.DataFrame, comparison: pd.DataFrame,
+                 timeline: pd.DataFrame, runs: Sequence[RunInfo],
+                 problems: Sequence[Problem], lost: pd.DataFrame | None = None) -> list[str]:
+    """Write the plots, the run pages, report.md and report.html; returns
+    their paths."""
+    os.makedirs(os.path.join(out_dir, PLOTS), exist_ok=True)
+    if lost is None:
+        lost = pd.DataFrame(columns=["run_id", "msg_id", "acked_offset", "held_by",
+                                     "lost_everywhere", "stranded", "violation"])
+    plots = [
+        ("Outcome of every put, per mode", plot_outcomes(out_dir, verdicts)),
+        ("Slave ahead of the recovered master, per mode", plot_slave_ahead(out_dir, verdicts)),
+    ]
+    pages = run_pages.write_run_pages(out_dir, verdicts, runs, lost)
+    featured = run_pages.featured(verdicts)[:FEATURED_RUNS]
+    lost_plots = [(run_id, pages.plots[run_id], run_page(run_id)) for run_id in featured
+                  if run_id in pages.plots]
+    blocks = _document(verdicts, comparison, problems, plots, lost_plots)
+    paths = [os.path.join(out_dir, rel) for _, rel in plots] + pages.paths
+    for name, text in (("report.md", render_markdown(blocks)),
+                       ("report.html", render_html(blocks))):
+        path = os.path.join(out_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        paths.append(path)
+    return paths

@@ -1,0 +1,602 @@
+"""The durability checker and report as one Spark job over any number of run
+directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
+
+1. runs    chaos/check/run_dirs.py reads the small files of every run in Python and
+           leaves out (as a Problem) any run that breaks the schema; a run
+           that kept its nodes' stores has them read again
+           (chaos/check/kept_stores.py), and is judged from what they hold now.
+2. query   ONE Spark query. Every history.jsonl and nodes/*/records.jsonl is
+           parsed once with the declared schema; each row is tagged with its
+           run (and node) by file and flagged if malformed; both tables are
+           shuffled by run once. Every figure below groups by run (and
+           more), so each is a branch that reads that same shuffle (Spark
+           reuses the exchange) and none shuffles the large tables again;
+           the branches' small results come back in one collect, each row
+           a JSON payload tagged with its branch:
+           - messages: per (run, msg_id), history and record rows together:
+             which nodes hold it (a bit per node), copies, its acks by
+             whether the scenario voided the master's disk / a slave's copy
+             when it was invoked. Per message the promises of its mode are
+             judged (_message_figures mirrors chaos.check.promises.judge), then
+             summed per run; order is checked over the messages of a
+             producer. The acknowledged messages missing from the master
+             ride along by name (the first LOST_IDS_MAX per run: lost.csv).
+           - divergence: per (run, offset), each node's record (size, CRC,
+             id hash, whole-record hash), compared on the master's and each
+             slave's common range; also the malformed record rows per node, and, in
+             the pass over records that finds each node's range, the
+             slave's records inside each measured slave_ahead gap.
+           - timeline: operations per run, second since its start and status
+             with latency percentiles (µs); also the malformed history rows.
+           - latency: PUT_OK latency value counts per run, in µs to three
+             significant digits (percentiles for runs and comparison
+             groups, chaos/report/tables.py).
+           - recovery: per fault that can stop writes, the first PUT_OK
+             invoked after it (availability, chaos/report/tables.py).
+3. check   a run with a malformed row is left out; Python names the file,
+           line and field (chaos.check.run_dirs.first_row_problem). Its figures were
+           computed from its good rows and are dropped.
+4. tables  chaos/report/tables.py builds verdicts, comparison and timeline, and
+           lost_table the lost ids (CSV and Parquet); chaos/report/document.py writes
+           report.md, report.html and the plots, chaos/report/run_pages.py a page
+           per run.
+
+Speed: a report of a few runs is one short-lived JVM, so below
+SMALL_INPUT_BYTES (chaos/report/inputs.py) the JVM runs its quick compiler
+only and the query runs without whole-stage code generation and adaptive
+re-planning (compiling and re-planning a dozen stages cost more than running
+them on a few MB).
+
+Definitions not in chaos/check/promises.py:
+- duplicates: message ids stored at more than one offset on some node;
+  duplicate_records: the extra copies, over all nodes.
+- order_inversions: acknowledged messages held by the master at a lower
+  offset than the same producer's previous acknowledged message (by op_id)
+  held there, when that one completed before this one was invoked. A
+  message acknowledged twice is placed by its first acknowledgement.
+- slave ahead at restart: per slave_ahead observation, bytes =
+  slave_offset - master_offset when positive; messages = the slave's
+  records (read back after the run) at offsets in [master_offset,
+  slave_offset) — a `truncate` slave no longer holds them, so bytes are the
+  measure there. Slave ahead at end: the same for each slave whose end of
+  data after the run is past the master's.
+- ignored slaves: slaves found ahead of the master (at its restart or at
+  the end) under the reject or trust policy: the master refuses them, or
+  believes their offset and never looks at what they hold past its own.
+  A message acknowledged, missing from the master and held only by such
+  slaves is stranded (chaos/check/promises.py).
+- divergence: on the offsets both the master and a slave hold (from the
+  larger of their first offsets to the smaller of their ends), a master
+  record the slave does not hold byte for byte at the same offset (whole
+  record hash; id, size and body CRC for read-backs without the hash) —
+  which covers offsets a restarted master reused for different records.
+  Counted once per master record, however many slaves differ.
+- acked_distinct: message ids with at least one PUT_OK (`acked` counts
+  PUT_OK rows: a retry acknowledged twice counts twice there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from chaos.check import consumption, kept_stores, promises, slave_ahead
+from chaos.check.run_dirs import (
+    NEVER_MS,
+    Problem,
+    RunInfo,
+    find_run_dirs,
+    first_row_problem,
+    load_runs,
+)
+from chaos.report import document as report
+from chaos.report import tables
+from chaos.report.inputs import SMALL_INPUT_BYTES, inputs
+from chaos.report.progress import Progress, QuietProgress
+from chaos.schema import CONSUMER_NODE
+from chaos.spark_session import spark_session
+from store.status import INDETERMINATE
+
+PUT_OK = "PUT_OK"
+
+SPARK_LOG = "spark.log"
+_LONG = T.LongType()
+LOST_IDS_MAX = 1000  # lost message ids named per run (lost.csv, the run pages)
+
+
+def _latency_us() -> Column:
+    """The history's µs times, or its ms times for results written before them."""
+    return F.coalesce(F.col("complete_us") - F.col("invoke_us"),
+                      (F.col("complete_ms") - F.col("invoke_ms")) * 1000)
+
+
+class NoRunsError(ValueError):
+    """No run could be reported; `problems` says why for each."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        first = f": {self.problems[0]}" if self.problems else ""
+        super().__init__(f"no run could be reported ({len(self.problems)} with problems)"
+                         f"{first}")
+
+
+@dataclass
+class ReportSummary:
+    out_dir: str
+    runs: int
+    problems: list[Problem]
+    verdicts: pd.DataFrame
+    comparison: pd.DataFrame
+    timeline: pd.DataFrame
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return int(self.verdicts["promise_violations"].sum())
+
+
+def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
+    """Per run, what the Spark side needs to judge its messages (broadcast)."""
+    rows = []
+    for run in runs:
+        ps = promises.promises(run.params["role"], run.params["flush"])
+        master, slaves = run.nodes[0], run.nodes[1:]
+        void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
+        slave_mask, ignored = (1 << len(run.nodes)) - 2, slave_ahead.ignored_slaves(run)
+        rows.append((
+            run.index, len(run.nodes), slave_mask, ignored, slave_mask & ~ignored,
+            promises.Promise.DISK in ps, promises.Promise.REPLICA in ps,
+            void_until, any(t > NEVER_MS for t in void_until), run.params["started_ms"],
+        ))
+    return F.broadcast(spark.createDataFrame(rows, (
+        "run int, n_nodes int, slave_mask long, ignored_mask long, served_mask long, "
+        "disk_promised boolean, replica_promised boolean, void_until array<long>, "
+        "any_void boolean, started_ms long")))
+
+
+def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> DataFrame:
+    """History rows with `cat`: for a PUT_OK, 2 * (the master's disk promise
+    is void for it) + (some slave's copy is void for it); null otherwise."""
+    # Bit i: node i's promise is void for this operation (0: the master's
+    # disk, i > 0: slave i's copy). Runs without any void skip the test.
+    # Unrolled over max_nodes rather than a lambda over the run's nodes:
+    # Spark interprets higher-order functions row by row.
+    void_mask = F.when(F.col("any_void"), sum(
+        (F.when((F.lit(i) < F.col("n_nodes")) & (F.col("invoke_ms") <= F.col("void_until")[i]),
+                F.lit(1 << i)).otherwise(F.lit(0)).cast(_LONG) for i in range(max_nodes)),
+        F.lit(0).cast(_LONG))).otherwise(F.lit(0).cast(_LONG))
+    disk_void = void_mask.bitwiseAND(1) != 0
+    slave_void = void_mask.bitwiseAND(-2) != 0
+    return history.join(runs_df.select("run", "n_nodes", "void_until", "any_void"), "run") \
+        .withColumn("cat", F.when(F.col("status") == PUT_OK,
+                                  disk_void.cast("int") * 2 + slave_void.cast("int")))
+
+
+def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
+                     max_nodes: int) -> DataFrame:
+    """Per run: acknowledged messages judged against the mode's promises,
+    losses, indeterminate outcomes, duplicates, order."""
+    # Malformed rows take part as rows that count nothing (see _inputs).
+    good = ~F.col("bad")
+    ok = good & (F.col("status") == PUT_OK)
+    h = _void_categories(history, runs_df, max_nodes).select(
+        "run", "msg_id", F.lit(None).cast("int").alias("node"),
+        F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
+        F.when(ok, F.col("cat")).alias("cat"), F.when(ok, F.col("op_id")).alias("ok_op"),
+        "producer", "invoke_ms", "complete_ms", F.when(ok, F.col("offset")).alias("ok_offset"))
+    r = records.select(
+        "run", "msg_id", F.when(good & F.col("msg_id").isNotNull(), F.col("node")).alias("node"),
+        "offset", F.lit(None).cast("string").alias("status"),
+        F.lit(None).cast("int").alias("cat"), F.lit(None).cast(_LONG).alias("ok_op"),
+        F.lit(None).cast(_LONG).alias("producer"), F.lit(None).cast(_LONG).alias("invoke_ms"),
+        F.lit(None).cast(_LONG).alias("complete_ms"), F.lit(None).cast(_LONG).alias("ok_offset"))
+    cat = F.col("cat")
+    msgs = h.unionByName(r).groupBy("run", "msg_id").agg(
+        F.coalesce(F.bit_or(F.expr("shiftleft(1L, node)")), F.lit(0).cast(_LONG)).alias("held"),
+        F.count("node").alias("copies"),
+        F.min(F.when(F.col("node") == 0, F.col("offset"))).alias("master_offset"),
+        *[F.count_if(cat == k).alias(f"c{k}") for k in range(4)],
+        F.count_if(F.col("status") == INDETERMINATE).alias("n_indet"),
+        F.min("ok_op").alias("first_ok_op"),
+        *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms",
+                                                   "ok_offset")],
+    ).join(runs_df.select("run", "n_nodes", "slave_mask", "ignored_mask", "served_mask",
+                          "disk_promised", "replica_promised"), "run")
+
+    # The judgement of promises.judge, per message, for its acks in each of
+    # the four void categories c{2*disk_void + slave_void}.
+    held = F.col("held")
+    c0, c1, c2, c3 = (F.col(f"c{k}") for k in range(4))
+    n_ok = c0 + c1 + c2 + c3
+    on_master = held.bitwiseAND(1) != 0
+    on_slave = held.bitwiseAND(F.col("slave_mask")) != 0
+    stranded = ~on_master & (held.bitwiseAND(F.col("ignored_mask")) != 0) \
+        & (held.bitwiseAND(F.col("served_mask")) == 0)
+    disk_missing = F.col("disk_promised") & ~on_master
+    replica_missing = F.col("replica_promised") & ~on_slave
+
+    def if_(cond: Column, value: Column) -> Column:
+        return F.when(cond, value).otherwise(0)
+
+    violations = if_(disk_missing | replica_missing, c0) + if_(disk_missing, c1) \
+        + if_(replica_missing, c2)
+    present = F.bit_count(held)
+
+    # Order, over the messages acknowledged and held by the master.
+    placed = (n_ok > 0) & on_master
+    by_producer = (Window.partitionBy("run", "producer").orderBy("first_ok_op")
+                   .rowsBetween(Window.unboundedPreceding, -1))
+    prev = F.last(F.when(placed, F.struct("complete_ms", "master_offset")),
+                  ignorenulls=True).over(by_producer)
+    inversion = placed & (F.col("prev.complete_ms") <= F.col("invoke_ms")) \
+        & (F.col("master_offset") < F.col("prev.master_offset"))
+
+    # The acknowledged messages missing from the master, by name: the first
+    # LOST_IDS_MAX per run in offset order (the counts above are exact).
+    lost = F.when((n_ok > 0) & ~on_master, F.struct(
+        F.col("ok_offset").alias("offset"), F.col("msg_id"), held.alias("held"),
+        stranded.alias("stranded"), (violations > 0).alias("violation")))
+    return msgs.withColumn("prev", prev).groupBy("run").agg(
+        F.slice(F.sort_array(F.collect_list(lost)), 1, LOST_IDS_MAX).alias("lost_ids"),
+        F.sum(n_ok).alias("acked"),
+        F.count_if(n_ok > 0).alias("acked_distinct"),
+        F.sum(if_(stranded, n_ok)).alias("acked_stranded"),
+        F.sum(if_(~on_master, n_ok)).alias("acked_lost_master"),
+        F.sum(if_(held == 0, n_ok)).alias("acked_lost_everywhere"),
+        *[F.sum(if_((F.lit(i) < F.col("n_nodes")) & (F.shiftright(held, i).bitwiseAND(1) == 0),
+                    n_ok)).alias(f"lost_node{i}") for i in range(max_nodes)],
+        F.sum(if_(F.col("disk_promised"), n_ok)).alias("disk_promises"),
+        F.sum(if_(disk_missing, c2 + c3)).alias("disk_void"),
+        F.sum(if_(disk_missing, c0 + c1)).alias("disk_violations"),
+        F.sum(if_(F.col("replica_promised"), n_ok)).alias("replica_promises"),
+        F.sum(if_(replica_missing, c1 + c3)).alias("replica_void"),
+        F.sum(if_(replica_missing, c0 + c2)).alias("replica_violations"),
+        F.sum(violations).alias("promise_violations"),
+        F.sum(if_(~on_master & ~stranded, n_ok - violations)).alias("allowed_loss"),
+        F.sum("n_indet").alias("indeterminate"),
+        F.sum(if_(held != 0, F.col("n_indet"))).alias("indeterminate_found"),
+        F.count_if(F.col("copies") > present).alias("duplicates"),
+        F.sum(F.col("copies") - present).alias("duplicate_records"),
+        F.count_if(F.coalesce(inversion, F.lit(False))).alias("order_inversions"),
+    )
+
+
+def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = None
+                ) -> DataFrame:
+    """Per run: master records in its common range with some slave that
+    the slave does not hold byte for byte, the first of their offsets;
+    malformed rows per node; and with `ahead` (slave_ahead.ahead_table), `ahead{k}`: the
+    slave's records inside the gap of the run's k-th slave_ahead observation."""
+    good = ~F.col("bad")
+    node = F.col("node")
+    # The gap counts ride on the pass that finds each node's bounds: a
+    # branch of their own would read the whole records exchange again.
+    per_run, ahead_counts = records, []
+    if ahead is not None:
+        per_run = records.join(ahead, "run", "left")
+        slots = sum(1 for c in ahead.columns if c.startswith("node_"))
+        offset = F.col("offset")
+        ahead_counts = [F.count_if(F.coalesce(
+            good & (node == F.col(f"node_{k}")) & (offset >= F.col(f"lo_{k}"))
+            & (offset < F.col(f"hi_{k}")), F.lit(False))).alias(f"ahead{k}")
+            for k in range(slots)]
+    bounds = per_run.groupBy("run").agg(*[
+        agg for i in range(max_nodes) for agg in (
+            F.min(F.when(good & (node == i), F.col("offset"))).alias(f"lo{i}"),
+            F.max(F.when(good & (node == i), F.col("offset") + F.col("size"))).alias(f"hi{i}"))
+    ], *ahead_counts)
+    # A record as longs, so the aggregation compiles: size and CRC exactly,
+    # the message id as a 64-bit hash (two ids colliding at one offset with
+    # equal size and CRC: ~2^-64), and the hash of its whole bytes, which
+    # tells records apart that differ only in header bytes (0 in read-backs
+    # written before it: then id, size and CRC decide).
+    parts = {"size": F.col("size"), "crc": F.col("body_crc"),
+             "id": F.xxhash64(F.coalesce(F.col("msg_id"), F.lit("\0null"))),
+             "hash": F.coalesce(F.col("record_hash"), F.lit(0).cast(_LONG))}
+    by_offset = records.groupBy("run", "offset").agg(
+        *[F.max(F.when(good & (node == i), v)).alias(f"{k}{i}")
+          for i in range(max_nodes) for k, v in parts.items()],
+        *[F.count_if(~good & (node == i)).alias(f"bad{i}") for i in range(max_nodes)],
+    ).join(bounds.hint("shuffle_hash"), "run")
+
+    def diverges(i: int) -> Column:
+        same = F.col("size0").eqNullSafe(F.col(f"size{i}")) & F.col("crc0").eqNullSafe(
+            F.col(f"crc{i}")) & F.col("id0").eqNullSafe(F.col(f"id{i}")) & F.col(
+            "hash0").eqNullSafe(F.col(f"hash{i}"))
+        in_common = (F.col("offset") >= F.greatest("lo0", f"lo{i}")) & (
+            F.col("offset") < F.least("hi0", f"hi{i}"))
+        both = F.col("lo0").isNotNull() & F.col(f"lo{i}").isNotNull()
+        # Only where the master's record starts: a slave record starting
+        # elsewhere in the common range lies inside a master record that
+        # differs (records tile both logs), which is counted already.
+        master_record = F.col("size0").isNotNull()
+        return F.coalesce(both & in_common & master_record & ~same, F.lit(False)).cast("int")
+
+    # A master record differing from several slaves is one divergent message.
+    n_div = (F.greatest(*[diverges(i) for i in range(1, max_nodes)]) if max_nodes > 2
+             else diverges(1) if max_nodes > 1 else F.lit(0))
+    return by_offset.groupBy("run").agg(
+        F.sum(n_div).alias("divergent_records"),
+        F.min(F.when(n_div > 0, F.col("offset"))).alias("first_divergent_offset"),
+        *[F.sum(f"bad{i}").alias(f"bad{i}") for i in range(max_nodes)],
+        *[F.max(c).alias(c) for c in bounds.columns if c.startswith("ahead")],
+    )
+
+
+def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
+    """Operations per run, second since the run's start (by invoke time) and
+    status, with latency percentiles; malformed rows counted in `bad`."""
+    good = ~F.col("bad")
+    latency = _three_digits(_latency_us())
+    second = F.floor((F.col("invoke_ms") - F.col("started_ms")) / 1000).cast("long")
+    # Latency value counts first (a compiled hash aggregation), then the
+    # percentiles weighted by them: percentile keeps value counts anyway,
+    # so the result is the same, but fed every row it is an object
+    # aggregation that falls back to sorting all rows (over 128 groups).
+    counts = (history.join(runs_df.select("run", "started_ms"), "run")
+              .groupBy("run", second.alias("second"), "status", "bad",
+                       F.when(good, latency).alias("latency"))
+              .agg(F.count("*").alias("n")))
+    n = F.col("n")
+    return counts.groupBy("run", "second", "status").agg(
+        F.sum(F.when(good, n).otherwise(0)).alias("ops"),
+        F.sum(F.when(good, 0).otherwise(n)).alias("bad"),
+        F.percentile("latency", [0.5, 0.99], n).alias("us"))
+
+
+def _three_digits(us: Column) -> Column:
+    """A latency in µs to three significant digits (exact below 1 ms), so
+    value counts stay few per run: percentiles are within 0.5 %."""
+    scale = F.pow(F.lit(10.0), F.floor(F.log10(us)) - 2)
+    return F.when(us < 1000, us).otherwise(F.round(us / scale) * scale).cast(_LONG)
+
+
+def _latency(history: DataFrame) -> DataFrame:
+    """PUT_OK latency value counts per run, in µs (other rows under us null)."""
+    ok = ~F.col("bad") & (F.col("status") == PUT_OK)
+    return (history.groupBy("run", F.when(ok, _three_digits(_latency_us())).alias("us"))
+            .agg(F.count("*").alias("n")))
+
+
+# Fault kinds that end a fault rather than start one.
+_ENDING_KINDS = ("start", "resume", "heal")
+
+
+def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | None:
+    """Every fault that can stop writes (not its ending step, not the
+    consumer's), as (run, fault_id, start_ms), broadcast; None if none."""
+    rows = [(run.index, int(f["fault_id"]), int(f["start_ms"])) for run in runs
+            for f in run.faults
+            if f["kind"] not in _ENDING_KINDS and f["node"] != CONSUMER_NODE]
+    if not rows:
+        return None
+    # Not null: see chaos/report/inputs.py _read_large.
+    return F.broadcast(spark.createDataFrame(
+        rows, "run int not null, fault_id long not null, fault_ms long not null"))
+
+
+def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
+    """Per fault: the first PUT_OK invoked at or after it, as its complete
+    time (ms, null if none came)."""
+    ok_after = ~F.col("bad") & (F.col("status") == PUT_OK) & (
+        F.col("invoke_ms") >= F.col("fault_ms"))
+    return history.join(faults, "run").groupBy("run", "fault_id", "fault_ms").agg(
+        F.min(F.when(ok_after, F.col("complete_ms"))).alias("put_ok_ms"))
+
+
+def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
+                  ) -> tuple[DataFrame, dict[str, list[str]], list[slave_ahead.Observation]]:
+    """The one Spark query: a row per result of every branch, as (kind,
+    payload JSON); the columns of each branch; the slave_ahead observations
+    it counted against."""
+    # Arithmetic on a malformed value must not fail the whole report; the
+    # run it belongs to is left out anyway.
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    # One exchange per input for all branches (see _inputs).
+    spark.conf.set("spark.sql.optimizer.nestedSchemaPruning.enabled", "false")
+    # Joins and groupings by (run, ...) reuse the partitioning by run.
+    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
+    history, records = inputs(spark, runs)
+    runs_df = _runs_table(spark, runs)
+    max_nodes = max(len(r.nodes) for r in runs)
+    obs = slave_ahead.ahead_observations(runs)
+    branches = {
+        "messages": _message_figures(history, records, runs_df, max_nodes),
+        "divergence": _divergence(records, max_nodes,
+                                  slave_ahead.ahead_table(spark, obs) if obs else None),
+        "timeline": _timeline(history, runs_df),
+        "latency": _latency(history),
+    }
+    faults = _fault_table(spark, runs)
+    if faults is not None:
+        branches["recovery"] = _recovery(history, faults)
+    tagged = [
+        df.select(F.lit(kind).alias("kind"),
+                  F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
+                  .alias("payload"))
+        for kind, df in branches.items()
+    ]
+    union = tagged[0]
+    for df in tagged[1:]:
+        union = union.unionByName(df)
+    return union, {kind: df.columns for kind, df in branches.items()}, obs
+
+
+def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.DataFrame]:
+    """The query's results as pandas, by branch."""
+    union, columns, obs = checker_query(spark, runs)
+    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in columns}
+    for row in union.collect():
+        rows[row.kind].append(json.loads(row.payload))
+    out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
+    if "recovery" not in out:
+        out["recovery"] = pd.DataFrame(columns=["run", "fault_id", "fault_ms", "put_ok_ms"])
+    out["slave_ahead"] = slave_ahead.ahead_messages(out["divergence"], obs)
+    out["divergence"] = out["divergence"].drop(
+        columns=[c for c in columns["divergence"] if c.startswith("ahead")])
+    out["slave_ahead_obs"] = pd.DataFrame(obs, columns=["run", "obs", "node", "lo", "hi",
+                                                         "at_end"])
+    for df in out.values():  # an empty branch has no types to infer
+        df["run"] = df["run"].astype("int64")
+    out["slave_ahead"] = out["slave_ahead"].astype("int64")
+    return out
+
+
+def build_report(
+    run_dirs: Sequence[str],
+    out_dir: str,
+    spark_master: str | None = None,
+    progress: Progress | None = None,
+) -> ReportSummary:
+    """Check and compare the runs under `run_dirs` (run directories, or
+    directories holding them) and write the tables, report and plots to
+    `out_dir`. Malformed runs are left out and listed in the report; raises
+    NoRunsError when none is left, FileNotFoundError for a path that holds
+    no run."""
+    progress = progress or QuietProgress()
+    dirs = find_run_dirs(run_dirs)
+    progress.step(f"reading {len(dirs)} run director{'y' if len(dirs) == 1 else 'ies'}")
+    with progress.items(len(dirs), "runs") as tick:
+        runs, problems = load_runs(dirs, tick)
+    for p in problems:
+        progress.step(f"left out: {p}")
+    if not runs:
+        raise NoRunsError(problems)
+    os.makedirs(out_dir, exist_ok=True)
+    # The kept stores' records, for Spark to read in place of the read-backs;
+    # under out_dir, on a filesystem the driver sees (chaos.spark_session).
+    with tempfile.TemporaryDirectory(prefix=".kept-stores-", dir=out_dir) as work:
+        progress.step("reading the kept stores again")
+        with progress.items(len(runs), "runs") as tick:
+            runs, reread_problems = kept_stores.reread(runs, work, tick)
+        for p in reread_problems:
+            progress.step(f"left out: {p}")
+        for run in runs:
+            for node in run.nodes:
+                if node.store_differs_at is not None:
+                    progress.step(f"{run.run_dir}: {node.name}'s kept store differs from the "
+                                  f"run's read-back from offset {node.store_differs_at:,}; "
+                                  "judged from the store")
+        problems += reread_problems
+        if not runs:
+            raise NoRunsError(problems)
+        # The JVM's own stderr (start-up notes, Spark's warnings) goes to a
+        # file beside the report, not the user's terminal.
+        size = sum(os.path.getsize(p) for r in runs
+                   for p in (r.history_path, *(n.records_path for n in r.nodes)))
+        with spark_session(spark_master, log_path=os.path.join(out_dir, SPARK_LOG),
+                           short_job=size < SMALL_INPUT_BYTES) as spark:
+            progress.step(f"checking {len(runs)} runs (Spark)")
+            with progress.spark_job(spark.sparkContext, "check"):
+                results = _run_query(spark, runs)
+        # Inside: the consume figures and run pages read the re-read records.
+        return _write(runs, problems, results, out_dir, progress)
+
+
+def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dict[int, str]:
+    """Runs with malformed rows -> the first problem, named by Python."""
+    bad_files: list[tuple[int, str, str, int]] = []
+    tl = results["timeline"]
+    for run_index, n in tl.groupby("run")["bad"].sum().items():
+        if n:
+            bad_files.append((int(run_index), runs[int(run_index)].history_path, "history",
+                              int(n)))
+    for row in results["divergence"].to_dict("records"):
+        for node in runs[row["run"]].nodes:
+            if row[f"bad{node.index}"]:
+                bad_files.append((row["run"], node.records_path, "records",
+                                  int(row[f"bad{node.index}"])))
+    bad: dict[int, str] = {}
+    for run_index, path, kind, count in sorted(bad_files):
+        if run_index not in bad:
+            bad[run_index] = first_row_problem(path, kind) or (
+                f"{path}: {count} row(s) Spark cannot read as {kind} rows of the schema")
+    return bad
+
+
+def lost_table(runs: Sequence[RunInfo], figures: pd.DataFrame) -> pd.DataFrame:
+    """One row per acknowledged message missing from the master (the first
+    LOST_IDS_MAX of each run, in offset order): where it was acknowledged,
+    the nodes that still hold it, and whether it is stranded or broke a
+    promise."""
+    by_index = {r.index: r for r in runs}
+    rows = []
+    for run_index, lost in zip(figures["run"], figures["lost_ids"], strict=True):
+        run = by_index.get(int(run_index))
+        if run is None or not isinstance(lost, list):
+            continue
+        for m in lost:
+            held = [n.name for n in run.nodes if int(m["held"]) >> n.index & 1]
+            rows.append({"run_id": run.run_id, "msg_id": m["msg_id"],
+                         "acked_offset": m["offset"], "held_by": ",".join(held),
+                         "lost_everywhere": not held, "stranded": bool(m["stranded"]),
+                         "violation": bool(m["violation"])})
+    df = pd.DataFrame(rows, columns=["run_id", "msg_id", "acked_offset", "held_by",
+                                     "lost_everywhere", "stranded", "violation"])
+    df["acked_offset"] = df["acked_offset"].astype("Int64")
+    return df.sort_values(["run_id", "acked_offset"]).reset_index(drop=True)
+
+
+def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.DataFrame],
+           out_dir: str, progress: Progress) -> ReportSummary:
+    assert all(r.index == i for i, r in enumerate(runs))  # results are keyed by index
+    for run_index, message in _malformed(runs, results).items():
+        progress.step(f"left out: {message}")
+        problems.append(Problem(runs[run_index].run_dir, message))
+    left_out = {p.run_dir for p in problems}
+    good = [r for r in runs if r.run_dir not in left_out]
+    if not good:
+        raise NoRunsError(problems)
+    keep = {r.index for r in good}
+    res = {k: v[v["run"].isin(keep)] for k, v in results.items()}
+    res["latency"] = res["latency"].dropna(subset=["us"])
+
+    timeline = res["timeline"][res["timeline"]["ops"] > 0].copy()
+    ahead = res["slave_ahead_obs"].merge(res["slave_ahead"], on=["run", "obs"], how="left")
+    ahead = ahead.assign(bytes=ahead["hi"] - ahead["lo"], messages=ahead["messages"].fillna(0))
+    ahead = pd.concat([
+        ahead[ahead["at_end"] == at_end].groupby("run")[["bytes", "messages"]].max()
+        .add_prefix(f"slave_ahead_at_{when}_") for at_end, when in ((False, "restart"),
+                                                                    (True, "end"))
+    ], axis=1).fillna(0).astype("int64").reset_index()
+    figures = res["messages"].merge(res["divergence"], on="run", how="outer")
+    lost = lost_table(good, figures)
+    figures = figures.drop(columns=["lost_ids"])
+
+    progress.step(f"writing tables and report to {out_dir}")
+    consume = {r.index: consumption.run_figures(r) for r in good}
+    verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume,
+                                     recovery=res["recovery"])
+    comparison = tables.comparison_table(verdicts, res["latency"], good)
+    timeline = timeline.assign(
+        run_id=timeline["run"].map(lambda i: runs[i].run_id),
+        latency_p50_us=timeline["us"].map(lambda v: v[0] if v else None),
+        latency_p99_us=timeline["us"].map(lambda v: v[1] if v else None),
+    )[["run_id", "second", "status", "ops", "latency_p50_us", "latency_p99_us"]]
+    timeline = timeline.sort_values(["run_id", "second", "status"]).reset_index(drop=True)
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = []
+    for name, table in (("verdicts", verdicts), ("comparison", comparison),
+                        ("timeline", timeline), ("lost", lost)):
+        for ext in ("csv", "parquet"):
+            path = os.path.join(out_dir, f"{name}.{ext}")
+            if ext == "csv":
+                table.to_csv(path, index=False)
+            else:
+                table.to_parquet(path, index=False)
+            files.append(path)
+    files += report.write_report(out_dir, verdicts=verdicts, comparison=comparison,
+                                 timeline=timeline, runs=good, problems=problems, lost=lost)
+    return ReportSummary(out_dir=out_dir, runs=len(good), problems=problems, verdicts=verdicts,
+                         comparison=comparison, timeline=timeline, files=files)

@@ -1,0 +1,474 @@
+"""The simulated cluster of `--backend sim` (chaos/sim/run.py runs the chaos
+scenarios on it): a master and its slaves on one VirtualTimeLoop, each a
+real Node (cluster/node/server.py) on its own MemoryDisk, HA over one
+MemoryNetwork, flushes inline (on cooperative tasks for a node with a
+`delay` failpoint armed, so its stalls take virtual time:
+store/sim/cooperative_executor.py); and the producers' client calls to it.
+
+A node's tasks (and the callbacks they schedule) carry its name in a context
+variable (OWNER), so a kill can cancel exactly that node's tasks, and a log
+line can be told whose it is.
+
+A pause is SIGSTOP's twin: every callback the loop would run for a paused
+node (its tasks' steps, its timers, its futures' callbacks: whatever runs in
+a context owned by it) is held, in order, and run when it resumes, as a
+stopped process runs its overdue timers and buffered input at SIGCONT.
+Messages already on the wire are the network's (no owner): they arrive in
+the paused node's buffers and wait there. A client call to a paused node
+waits in its socket until the node resumes; its caller's deadline runs.
+
+A partition cuts the links between two nodes as the local backend's link
+proxy does: bytes are held, neither side hears of it but by its own
+timeouts, and at heal every stream that lived through the cut is reset."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import json
+import math
+import os
+import random
+import tempfile
+import weakref
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.harness.workload import SendOutcome
+from cluster.backends.interface import NodeSpec, NodeState
+from cluster.node.server import Node, NodeConfig
+from ha.transport.memory import MemoryNetwork
+from ha.transport.streams import Handler, MasterStream
+from store.failpoints import Failpoints
+from store.log.record import UNIQ_KEY, Message
+from store.sim.cooperative_executor import CooperativeFlushExecutor
+from store.sim.inline_executor import InlineFlushExecutor
+from store.sim.loop import VirtualTimeLoop
+from store.sim.memory_disk import DiskFaults, MemoryDisk
+from store.status import INDETERMINATE
+from store.store import StoreOpenError
+
+# Where network deliveries run: no node's context (a pause holds none of them).
+NET_CONTEXT = contextvars.Context()
+# One-way delay of a message (HA stream or client call), seconds.
+NET_DELAY_S = (0.0002, 0.002)
+# How long one group-commit flush (write + fsync) takes. Per run a disk
+# speed is drawn (the typical fsync, log-uniform over this range: an idle
+# SSD's 0.1 ms to a busy shared disk's 10 ms), and each flush takes 0.5 to
+# 1.5 times it. Meanwhile the node goes on and the HA master ships what it
+# wrote (store/seams/flush_executor.py), so a crash inside a flush can leave a
+# slave ahead under SYNC_FLUSH too, as it can beside a real flusher thread.
+FSYNC_S = (0.0001, 0.01)
+DATA_DIR = "/data"
+TOKEN = "sim-token"  # in-process: nothing to protect, and it must not vary
+
+OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_node", default=None)
+
+
+class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to handle
+    """Unwinds the node code that hit a `crash` failpoint (a BaseException,
+    so no `except Exception` in node code mistakes it for a failure)."""
+
+
+def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = TOKEN
+                 ) -> NodeConfig:
+    """The NodeConfig `dlab node` would build from the options a local
+    backend gives this spec (so both backends run the same configuration)."""
+    from cluster.cli.node_command import node_config_from_args, register_node
+
+    parser = argparse.ArgumentParser(prog="dlab")
+    register_node(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["node", *spec.node_args(
+        data_dir=DATA_DIR, listen=listen, master=master, token_file="-")])
+    cfg: NodeConfig = node_config_from_args(args, token=token)
+    return cfg
+
+
+class _OwnedNetwork(MemoryNetwork):
+    """A MemoryNetwork whose served streams and calls run as the serving
+    node's (its logs and tasks are the master's, not those of the slave that
+    opened the stream)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *,
+                 delay: Callable[[Any], float]) -> None:
+        super().__init__(loop, delay=delay)
+        self._call_owners: dict[str, contextvars.Context] = {}
+
+    def serve(self, address: str, handler: Handler, *, token: str) -> None:
+        owner = OWNER.get()
+
+        async def owned(stream: MasterStream) -> None:
+            OWNER.set(owner)  # in this stream's task only
+            await handler(stream)
+
+        super().serve(address, owned, token=token)
+
+    def serve_calls(self, address: str, servicer: Any, *, token: str) -> None:
+        self._call_owners[address] = contextvars.copy_context()
+        super().serve_calls(address, servicer, token=token)
+
+    def _run_call(self, address: str, coro: Any) -> asyncio.Task[Any]:
+        owner = self._call_owners.get(address)
+        return self._loop.create_task(coro, context=None if owner is None else owner.copy())
+
+
+@dataclass
+class SimNode:
+    name: str
+    spec: NodeSpec
+    config: NodeConfig
+    disk: MemoryDisk
+    state: NodeState = NodeState.STOPPED
+    node: Node | None = None
+    incarnation: int = 0
+    # Client calls the running incarnation has taken and not answered.
+    # (A dict: insertion order, so a kill fails them in a reproducible order.)
+    calls: dict[asyncio.Future[SendOutcome], None] = field(default_factory=dict)
+    refused: str | None = None
+    # The running incarnation's context (OWNER = name): its client calls run in it.
+    context: contextvars.Context = field(default_factory=contextvars.Context)
+    # The running incarnation's flush executor if it has `delay` failpoints.
+    stalls: CooperativeFlushExecutor | None = None
+    # Failpoints armed at every later start (SimCluster.set_failpoints); None:
+    # the spec's, at the first start only.
+    failpoints: str | None = None
+
+    @property
+    def address(self) -> str:
+        return self.config.listen
+
+
+class SimCluster:
+    """A master and its slaves on one VirtualTimeLoop: start, clean stop,
+    kill (power cut), partition and heal, as a backend does for a run."""
+
+    def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
+                 slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
+                 on_crash: Callable[[str], object], *, pausable: bool = False,
+                 fsync_rng: random.Random | None = None, token: str = TOKEN) -> None:
+        self.loop = loop
+        self.rng = rng
+        self.clock = loop.clock()
+        self.network = _OwnedNetwork(loop, delay=lambda _msg: self.net_delay())
+        self.disk_faults = disk_faults
+        # Its own generator: the fsync draws shift no other draw of the run.
+        self.fsync_rng = fsync_rng if fsync_rng is not None else random.Random(0)
+        self.fsync_typical_s = math.exp(self.fsync_rng.uniform(*map(math.log, FSYNC_S)))
+        self._on_crash = on_crash  # told the node's name when a failpoint crashes it
+        # Each node's tasks, in creation order (weakly: a finished task goes).
+        self._tasks: dict[str, weakref.WeakKeyDictionary[asyncio.Task[Any], int]] = {}
+        self._created = 0
+        loop.set_task_factory(self._task_factory)
+        # Callbacks held for each paused node, in the order they came due.
+        self._held: dict[str, list[tuple[contextvars.Context, Callable[..., object],
+                                         tuple[Any, ...]]]] = {}
+        self._partitions: set[tuple[str, str]] = set()
+        self._soon = loop.call_soon
+        # The gate costs every owned callback a call: only a run that pauses has it.
+        self.pausable = pausable
+        self.token = token  # what the nodes check on calls and streams
+        if pausable:
+            self._install_pause_gate()
+        addr = "10.0.0.1:7001"
+        self.master = master.name
+        self.nodes: dict[str, SimNode] = {
+            master.name: self._sim_node(master, addr, None)}
+        for i, s in enumerate(slaves):
+            self.nodes[s.name] = self._sim_node(s, f"10.0.0.{i + 2}:7001", addr)
+
+    def _sim_node(self, spec: NodeSpec, listen: str, master: str | None) -> SimNode:
+        return SimNode(spec.name, spec, _node_config(spec, listen, master, self.token),
+                       MemoryDisk(self.rng, self.disk_faults, self.clock))
+
+    def net_delay(self) -> float:
+        return self.rng.uniform(*NET_DELAY_S)
+
+    def fsync_latency(self) -> float:
+        return self.fsync_typical_s * self.fsync_rng.uniform(0.5, 1.5)
+
+    def _task_factory(self, loop: asyncio.AbstractEventLoop,
+                      coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+                      context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        owner = (context or contextvars.copy_context()).get(OWNER)
+        if owner is not None:
+            self._created += 1
+            self._tasks.setdefault(owner, weakref.WeakKeyDictionary())[task] = self._created
+        return task
+
+    def _install_pause_gate(self) -> None:
+        """Route every callback run in a node-owned context through a gate
+        that holds it while that node is paused (see the module doc). The
+        loop's call_soon/call_at are replaced on this loop object only;
+        asyncio's own scheduling (task steps, future callbacks, call_later)
+        goes through them."""
+        loop = self.loop
+        soon, at = loop.call_soon, loop.call_at
+        held = self._held
+
+        def gated(owner: str, ctx: contextvars.Context, cb: Callable[..., object],
+                  *args: Any) -> None:
+            parked = held.get(owner)
+            if parked is not None:
+                parked.append((ctx, cb, args))
+                return
+            cb(*args)
+
+        def call_soon(cb: Callable[..., object], *args: Any,
+                      context: contextvars.Context | None = None) -> asyncio.Handle:
+            ctx = context if context is not None else contextvars.copy_context()
+            owner = ctx.get(OWNER)
+            if owner is None:
+                return soon(cb, *args, context=ctx)
+            return soon(gated, owner, ctx, cb, *args, context=ctx)
+
+        def call_at(when: float, cb: Callable[..., object], *args: Any,
+                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+            ctx = context if context is not None else contextvars.copy_context()
+            owner = ctx.get(OWNER)
+            if owner is None:
+                return at(when, cb, *args, context=ctx)
+            return at(when, gated, owner, ctx, cb, *args, context=ctx)
+
+        loop.call_soon = call_soon  # type: ignore[method-assign,assignment]
+        loop.call_at = call_at  # type: ignore[method-assign,assignment]
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self, name: str) -> bool:
+        """Start (recover) a node; False when its store refused to open."""
+        n = self.nodes[name]
+        assert n.state is not NodeState.RUNNING, name
+        n.incarnation += 1
+        n.calls = {}
+        spec = n.failpoints if n.failpoints is not None else (
+            n.spec.failpoints if n.incarnation == 1 else "")  # a run: first start only
+        # Its stalls take virtual time and hold back only the work that hit
+        # them (store/sim/cooperative_executor.py); other nodes run inline.
+        n.stalls = stalls = CooperativeFlushExecutor(
+            self.loop, fsync_latency_s=self.fsync_latency) if Failpoints(spec).delays() else None
+        node = Node(n.config, clock=self.clock, network=self.network, disk=n.disk,
+                    executor=stalls or InlineFlushExecutor(fsync_latency_s=self.fsync_latency))
+        node.failpoints = Failpoints(spec, on_crash=lambda: self._crash(name),
+                                     stall=stalls.stall if stalls else None)
+        ctx = contextvars.copy_context()
+        ctx.run(OWNER.set, name)
+        n.context = ctx.copy()
+        try:
+            await self.loop.create_task(node.start(), context=ctx)
+        except StoreOpenError as exc:
+            n.state, n.refused = NodeState.REFUSED, str(exc)
+            return False
+        n.node, n.state = node, NodeState.RUNNING
+        return True
+
+    async def stop(self, name: str) -> None:
+        n = self.nodes[name]
+        self.resume(name)
+        if n.node is not None and n.state is NodeState.RUNNING:
+            await n.node.stop()
+        if n.stalls is not None:  # the process exits: its stalled threads end with it
+            n.stalls.abandon()
+        n.node, n.state = None, NodeState.STOPPED
+
+    def kill(self, name: str) -> None:
+        """A power cut of the node's machine: its process is gone (tasks
+        cancelled, streams reset), its disk keeps what was durable."""
+        n = self.nodes[name]
+        if n.state is not NodeState.RUNNING:
+            return
+        parked = self._held.pop(name, [])  # SIGKILL of a stopped process: it never runs again
+        if n.stalls is not None:
+            n.stalls.abandon()
+        n.disk = n.disk.crash()
+        n.node, n.state = None, NodeState.STOPPED
+        calls, n.calls = n.calls, {}
+        for call in calls:  # fails each as its connection reset
+            _answer(call, SendOutcome(INDETERMINATE, None, None,
+                                      f"UNAVAILABLE: {name} went down during the call"))
+        if name == self.master:
+            self.network.unserve(n.address)
+        else:
+            self.network.reset(n.address)
+        self.network.unserve_calls(n.address)
+        current = asyncio.current_task()
+        owned = self._tasks.pop(name, weakref.WeakKeyDictionary())
+        for task, _n in sorted(owned.items(), key=lambda item: item[1]):
+            if task is not current:
+                task.cancel()
+        # What a pause held: task steps now unwind (their tasks are
+        # cancelled); the rest runs against the dead node's objects, as any
+        # of its callbacks still scheduled at a kill does.
+        for ctx, cb, args in parked:
+            self._soon(cb, *args, context=ctx)
+
+    def _crash(self, name: str) -> None:
+        self.kill(name)
+        self._on_crash(name)
+        raise SimulatedCrash(name)
+
+    def set_failpoints(self, name: str, spec: str) -> None:
+        """Arm `spec` at every later start of the node, as a backend's
+        set_failpoints does (a run's planned failpoints arm only its first)."""
+        self.nodes[name].failpoints = spec
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: nothing of the node runs until resume (module doc)."""
+        assert self.pausable, "a SimCluster made without pausable=True cannot pause"
+        n = self.nodes[name]
+        if n.state is NodeState.RUNNING:
+            self._held.setdefault(name, [])
+
+    def resume(self, name: str) -> None:
+        """SIGCONT: what came due while paused runs now, in order."""
+        for ctx, cb, args in self._held.pop(name, []):
+            self._soon(cb, *args, context=ctx)
+
+    def paused(self, name: str) -> bool:
+        return name in self._held
+
+    def partition(self, a: str, b: str) -> None:
+        self._partitions.add((a, b))
+        self.network.partition(self.nodes[a].address, self.nodes[b].address)
+
+    def partitioned(self, a: str, b: str) -> bool:
+        return (a, b) in self._partitions
+
+    def heal(self, a: str, b: str) -> None:
+        """Reconnect a and b; the streams that lived through the cut are
+        reset first (their held bytes are lost, as the link proxy's are)."""
+        if (a, b) not in self._partitions:
+            return
+        self._partitions.discard((a, b))
+        client = b if self.nodes[a].config.master is None else a
+        self.network.reset(self.nodes[client].address)
+        self.network.heal(self.nodes[a].address, self.nodes[b].address)
+
+    def wrote(self, name: str) -> int | None:
+        n = self.nodes[name]
+        if n.node is None or n.node.store is None:
+            return None
+        return n.node.store.log.wrote
+
+    def recovery(self, name: str) -> str:
+        n = self.nodes[name]
+        if n.node is None or n.node.store is None:
+            return f"refused: {n.refused}" if n.refused else "not running"
+        return json.dumps(n.node.store.state()["recovery"], sort_keys=True)
+
+    def slaves_connected(self) -> bool:
+        n = self.nodes[self.master].node
+        if n is None or n.ha_master is None:
+            return False
+        return sum(s.state == "connected" for s in n.ha_master.status()) >= len(self.nodes) - 1
+
+    def rejected_slaves(self) -> list[str]:
+        n = self.nodes[self.master].node
+        if n is None or n.ha_master is None:
+            return []
+        return sorted(s.slave for s in n.ha_master.status() if s.state == "rejected")
+
+    def export(self, name: str, dest: str) -> None:
+        """Write the node's durable disk state as real files under `dest`
+        (no lock file; an `abort` marker without the pid it holds)."""
+        disk = self.nodes[name].disk
+
+        def walk(src: str, out: str) -> None:
+            os.makedirs(out, exist_ok=True)
+            for entry in disk.listdir(src):
+                path = os.path.join(src, entry)
+                if disk.isdir(path):
+                    walk(path, os.path.join(out, entry))
+                elif entry != "lock":
+                    data = b"" if entry == "abort" else disk.durable_bytes(path)
+                    # A preallocated segment is mostly zeros: write what
+                    # precedes them and extend the file (reads the same).
+                    written = data.rstrip(b"\0")
+                    with open(os.path.join(out, entry), "wb") as f:
+                        f.write(written)
+                        if len(written) < len(data):
+                            f.truncate(len(data))
+
+        if disk.isdir(DATA_DIR):
+            walk(DATA_DIR, dest)
+
+
+    def damage(self, name: str, fault: Callable[[str, random.Random], str],
+               rng: random.Random) -> str:
+        """A disk damage step on a stopped node (chaos/harness/disk_faults.py's
+        torn_tail or bit_flip): the same function, applied to a real copy
+        of the node's durable files; what it changed is written back to
+        the MemoryDisk, durably. Returns the fault's detail."""
+        n = self.nodes[name]
+        assert n.state is not NodeState.RUNNING, f"{name} must be stopped to damage its disk"
+        with tempfile.TemporaryDirectory(prefix="dlab-sim-damage-") as tmp:
+            self.export(name, tmp)
+            detail = fault(tmp, rng)
+            commitlog = os.path.join(tmp, "commitlog")
+            for entry in sorted(os.listdir(commitlog)):
+                path = os.path.join(DATA_DIR, "commitlog", entry)
+                with open(os.path.join(commitlog, entry), "rb") as f:
+                    data = f.read()
+                if n.disk.durable_bytes(path) != data:
+                    n.disk.write_file(path, data)
+        return detail
+
+
+class SimSender:
+    """A producer's client calls: a network delay each way, the node's put
+    path (Node.submit) in between. A call to a node that is down, or whose
+    node dies before answering, is INDETERMINATE, as a gRPC client sees it.
+    (Timers and one future per call, no task: this is the hot path.)"""
+
+    def __init__(self, cluster: SimCluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+
+    async def send(self, topic: str, body: bytes, msg_id: str, timeout_s: float
+                   ) -> SendOutcome:
+        c = self.cluster
+        loop = c.loop
+        answer: asyncio.Future[SendOutcome] = loop.create_future()
+        timer = loop.call_later(timeout_s, _answer, answer, SendOutcome(
+            INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded"))
+        msg = Message(topic, body, {UNIQ_KEY: msg_id}, born_timestamp_ms=c.clock.wall_ms())
+        loop.call_later(c.net_delay(), self._arrive, answer, msg)
+        try:
+            return await answer
+        finally:
+            timer.cancel()
+
+    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message) -> None:
+        c = self.cluster
+        n = c.nodes[self.name]
+        node = n.node
+        if answer.done():
+            return
+        if node is None:
+            _answer(answer, SendOutcome(INDETERMINATE, None, None,
+                                        f"UNAVAILABLE: {self.name} is down (connection refused)"))
+            return
+        held = c._held.get(self.name)
+        if held is not None:  # waits in the socket until the node resumes
+            held.append((NET_CONTEXT, self._arrive, (answer, msg)))
+            return
+        calls = n.calls
+        calls[answer] = None
+
+        def done(results: list[Any]) -> None:
+            calls.pop(answer, None)
+            if n.calls is not calls:  # the node died first: its answer reaches no one
+                return
+            r = results[0]
+            stored = r.status.stored
+            c.loop.call_later(c.net_delay(), _answer, answer, SendOutcome(
+                r.status.value, r.offset if stored else None, r.size if stored else None,
+                r.detail or None), context=NET_CONTEXT)
+
+        n.context.run(node.submit, [msg], done)
+
+
+def _answer(fut: asyncio.Future[SendOutcome], outcome: SendOutcome) -> None:
+    if not fut.done():
+        fut.set_result(outcome)

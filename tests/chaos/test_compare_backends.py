@@ -1,0 +1,114 @@
+"""`dlab chaos compare-backends`: the same scenarios on the local and sim
+backends, and whether they agree on which modes lose acknowledged messages
+from the recovered master, which leave a slave ahead, and that SYNC_FLUSH
+loses nothing acknowledged; rates printed for both sides."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos.check.summary import run_outcome
+from chaos.commands.compare_backends import compare
+from chaos.harness import scenarios
+from chaos.harness.runner import RunConfig
+from chaos.matrix.sweep import SweepRun
+
+MODES = [("SYNC_MASTER", "SYNC_FLUSH"), ("SYNC_MASTER", "ASYNC_FLUSH"),
+         ("ASYNC_MASTER", "SYNC_FLUSH"), ("ASYNC_MASTER", "ASYNC_FLUSH")]
+
+
+def _runs(backend: str, n: int, lost: dict[str, int], ahead: dict[str, int] | None = None
+          ) -> list[tuple[RunConfig, SweepRun]]:
+    """n runs per mode; the first lost[mode] of them lose a message from
+    the master, the first ahead[mode] leave a slave ahead."""
+    out = []
+    for role, flush in MODES:
+        mode = f"{role} + {flush}"
+        for k in range(n):
+            cfg = RunConfig(scenario=scenarios.get("master-crash"), role=role, flush=flush,
+                            seed=k, out_dir="", backend=backend)
+            out.append((cfg, SweepRun(cfg.run_id, "d", None, "", False, 0.0,
+                                      acked_lost_master=int(k < lost.get(mode, 0)),
+                                      slave_ahead_bytes=int(k < (ahead or {}).get(mode, 0)),
+                                      promise_violations=0)))
+    return out
+
+
+ASYNC = {"SYNC_MASTER + ASYNC_FLUSH": 99, "ASYNC_MASTER + ASYNC_FLUSH": 99}
+
+
+def test_the_same_modes_on_both_sides_agree() -> None:
+    cmp = compare({"sim": _runs("sim", 20, ASYNC, ASYNC), "local": _runs("local", 2, ASYNC)})
+    q = cmp["questions"]
+    assert q["lost_master"]["verdict"] == "agree"
+    assert q["lost_master"]["sim"] == q["lost_master"]["local"] == list(ASYNC)
+    assert q["lost_master"]["rates"]["SYNC_MASTER + ASYNC_FLUSH"]["sim"]["cell"] == \
+        "20/20 (84–100 %)"
+    # Local left no slave ahead in 2 runs; the sim did in all 20: 2 runs cannot
+    # contradict that (the low end of 20/20 is 84 %: 16 % squared is 2.6 %)...
+    assert q["slave_ahead"]["verdict"] == "differ"
+    # ... one run can.
+    cmp1 = compare({"sim": _runs("sim", 20, ASYNC, ASYNC), "local": _runs("local", 1, ASYNC)})
+    assert cmp1["questions"]["slave_ahead"]["verdict"] == "differ, within chance at these n"
+    assert q["sync_flush_keeps"]["verdict"] == "agree" and cmp1["agree"]
+    assert not cmp["agree"]
+
+
+def test_a_rare_outcome_one_side_missed_is_within_chance() -> None:
+    rare = {"SYNC_MASTER + SYNC_FLUSH": 0, "SYNC_MASTER + ASYNC_FLUSH": 2}
+    cmp = compare({"sim": _runs("sim", 20, {}, rare), "local": _runs("local", 3, {})})
+    assert cmp["questions"]["slave_ahead"]["verdict"] == "differ, within chance at these n"
+    assert cmp["questions"]["slave_ahead"]["sim"] == ["SYNC_MASTER + ASYNC_FLUSH"]
+    assert cmp["questions"]["slave_ahead"]["local"] == []
+
+
+def test_a_sync_flush_loss_on_one_backend_is_a_disagreement() -> None:
+    cmp = compare({"sim": _runs("sim", 5, ASYNC),
+                   "local": _runs("local", 5, {**ASYNC, "ASYNC_MASTER + SYNC_FLUSH": 1})})
+    q = cmp["questions"]["sync_flush_keeps"]
+    assert q["verdict"] == "differ" and not cmp["agree"]
+    assert q["sim"] == {"holds": True, "runs_losing": 0, "runs": 10}
+    assert q["local"] == {"holds": False, "runs_losing": 1, "runs": 10}
+
+
+def test_compare_backends_runs_both_backends_and_prints_both_rates(tmp_path: Path) -> None:
+    """A small version: one crash scenario, one local run and two sim runs
+    of 6 s per mode."""
+    out = tmp_path / "cmp"
+    r = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "chaos", "compare-backends", "--scenarios",
+         "master-crash-unflushed", "--runs", "2", "--sim-duration", "6", "--no-report",
+         "--out", str(out)], capture_output=True, text=True, timeout=400)
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+    with open(out / "agreement.json", encoding="utf-8") as f:
+        cmp = json.load(f)
+    assert cmp["failed_runs"] == 0
+    lost = cmp["questions"]["lost_master"]
+    for mode in ("SYNC_MASTER + SYNC_FLUSH", "ASYNC_MASTER + SYNC_FLUSH"):
+        assert lost["rates"][mode]["sim"]["n"] == 2 and lost["rates"][mode]["local"]["n"] == 1
+        assert mode not in lost["sim"] and mode not in lost["local"]
+    assert "ASYNC_MASTER + ASYNC_FLUSH" in lost["sim"]  # a crash before the flush, every seed
+    keeps = cmp["questions"]["sync_flush_keeps"]
+    assert keeps["sim"]["holds"] and keeps["local"]["holds"]
+    assert keeps["verdict"] == "agree"
+    assert r.returncode == (0 if cmp["agree"] else 1)
+    assert "1. which modes lose acknowledged messages from the recovered master:" in r.stdout
+    assert "master-crash-unflushed" in r.stdout and "0/2 (0–" in r.stdout and "/1 (" in r.stdout
+    # One report can read both sides: no run id is on both.
+    assert not {d.name for d in (out / "local" / "runs").iterdir()} & {
+        d.name for d in (out / "sim" / "runs").iterdir()}
+    # Every rate counts what each run's own outcome says.
+    for backend, n in (("local", 4), ("sim", 8)):
+        outcomes = [run_outcome(str(d)) for d in (out / backend / "runs").iterdir()]
+        assert len(outcomes) == n
+        for key, figure in (("lost_master", "acked_lost_master"),
+                            ("slave_ahead", "slave_ahead_bytes")):
+            for mode, rates in cmp["questions"][key]["rates"].items():
+                mine = [getattr(o, figure) for o in outcomes if o.mode == mode]
+                assert rates[backend]["k"] == sum(1 for v in mine if v > 0), (backend, key, mode)
+                assert rates[backend]["n"] == len(mine)
+        sync = [o for o in outcomes if o.mode.endswith("+ SYNC_FLUSH")]
+        assert keeps[backend]["runs_losing"] == sum(1 for o in sync if o.acked_lost_master)
