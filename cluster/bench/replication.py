@@ -48,7 +48,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -235,6 +235,71 @@ def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str
     return fresh, recycled, (data, paths)
 
 
+def _watch_catch_up(client: NodeClient, slave_proc: Any,
+                    nodes_cpu: Callable[[], tuple[float, float]], total: int,
+                    ) -> tuple[tuple[float, tuple[float, float], int],
+                               tuple[float, tuple[float, float]]]:
+    """Poll the slave until it has flushed `total` bytes: (time, CPU, bytes)
+    when its first bytes were seen, and (time, CPU) when it finished."""
+    start: tuple[float, tuple[float, float], int] | None = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            st = client.status()
+        except NodeCallError:
+            if proc_state(slave_proc) == "gone":
+                raise RuntimeError("the slave exited; see its log") from None
+            time.sleep(0.005)
+            continue
+        now = time.perf_counter()
+        if start is None and st.wrote > 0:
+            start = (now, nodes_cpu(), st.wrote)
+        if os.environ.get("DLAB_BENCH_TRACE"):
+            print(f"{now:.3f} wrote={st.wrote} flushed={st.flushed}", file=sys.stderr)
+        if st.flushed >= total:
+            return start or (now, nodes_cpu(), total), (now, nodes_cpu())
+        time.sleep(0.01)
+    raise RuntimeError("the slave did not catch up within 600 s")
+
+
+def _catch_up_figures(*, total: int, caught: int, catch_s: float, grpc: tuple[float, float],
+                      disk: tuple[float, float], upload_s: float, recycled_s: float,
+                      cpu: tuple[tuple[float, float], tuple[float, float]],
+                      ) -> dict[str, Any]:
+    """The catch-up's figures against its baselines (gRPC streaming of the
+    same bytes, write + fsync of them), each (seconds, CPU seconds)."""
+    (grpc_s, grpc_cpu), (disk_s, disk_cpu), (cpu0, cpu1) = grpc, disk, cpu
+    catch_bps = caught / catch_s
+    grpc_bps = total / grpc_s
+    disk_bps = total / disk_s
+    slower = min(grpc_bps, disk_bps)
+    # CPU accounting, per GiB moved. A catch-up streams the bytes over grpc
+    # AND writes + fsyncs them, so it needs at least the CPU of both
+    # baselines; at the goal's speed the cores can give at most `cores`
+    # seconds per second of it.
+    gib = 1 << 30
+    floor = (grpc_cpu + disk_cpu) / total * gib
+    budget = _cores() * gib / (0.8 * slower)
+    return {
+        "timed_bytes": caught,
+        "catch_up_mib_s": round(catch_bps / MIB, 1),
+        "grpc_stream_mib_s": round(grpc_bps / MIB, 1),
+        "grpc_upload_mib_s": round(total / upload_s / MIB, 1),
+        "write_fsync_mib_s": round(disk_bps / MIB, 1),
+        "write_fsync_into_just_freed_pages_mib_s": round(total / recycled_s / MIB, 1),
+        "baseline": "grpc_stream" if grpc_bps <= disk_bps else "write_fsync",
+        "cpu_s_per_gib": {"master": round((cpu1[0] - cpu0[0]) / caught * gib, 2),
+                          "slave": round((cpu1[1] - cpu0[1]) / caught * gib, 2),
+                          "grpc_stream": round(grpc_cpu / total * gib, 2),
+                          "write_fsync": round(disk_cpu / total * gib, 2)},
+        "cores": _cores(),
+        "goal_cpu_floor_s_per_gib": round(floor, 2),
+        "goal_cpu_budget_s_per_gib": round(budget, 2),
+        "ratio": round(catch_bps / slower, 3), "goal": ">= 0.8",
+        "met": catch_bps / slower >= 0.8,
+    }
+
+
 def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int,
                    window_bytes: int, flush: str = "SYNC_FLUSH",
                    chunk_bytes: int = BASELINE_CHUNK_BYTES) -> dict[str, Any]:
@@ -280,31 +345,10 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
             assert slave_proc is not None
             return _cpu_s(master_pid), _cpu_s(slave_proc.pid)
 
-        t0 = t1 = 0.0
-        cpu0 = cpu1 = (0.0, 0.0)
-        start_bytes = -1
         with NodeClient(slave_addr, token=token, timeout_s=5,
                         channel_options=FAST_RECONNECT) as client:
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                try:
-                    st = client.status()
-                except NodeCallError:
-                    if proc_state(slave_proc) == "gone":
-                        raise RuntimeError("the slave exited; see its log") from None
-                    time.sleep(0.005)
-                    continue
-                now = time.perf_counter()
-                if start_bytes < 0 and st.wrote > 0:
-                    t0, start_bytes, cpu0 = now, st.wrote, nodes_cpu()
-                if os.environ.get("DLAB_BENCH_TRACE"):
-                    print(f"{now:.3f} wrote={st.wrote} flushed={st.flushed}", file=sys.stderr)
-                if st.flushed >= total:
-                    t1, cpu1 = now, nodes_cpu()
-                    break
-                time.sleep(0.01)
-            else:
-                raise RuntimeError("the slave did not catch up within 600 s")
+            (t0, cpu0, start_bytes), (t1, cpu1) = _watch_catch_up(
+                client, slave_proc, nodes_cpu, total)
         caught = total - start_bytes
         if t1 <= t0 or caught < total // 2:
             raise RuntimeError("catch-up finished before it could be timed; use a larger "
@@ -319,36 +363,13 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
         for path in held[1]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-    catch_bps = caught / catch_s
-    grpc_bps = total / grpc_s
-    disk_bps = total / disk_s
-    slower = min(grpc_bps, disk_bps)
-    # CPU accounting, per GiB moved. A catch-up streams the bytes over grpc
-    # AND writes + fsyncs them, so it needs at least the CPU of both
-    # baselines; at the goal's speed the cores can give at most `cores`
-    # seconds per second of it.
-    gib = 1 << 30
-    floor = (grpc_cpu + disk_cpu) / total * gib
-    budget = _cores() * gib / (0.8 * slower)
     return {
         "bench": "catch-up", "backlog_bytes": total, "body_size": body_size, "flush": flush,
         "batch_bytes": batch_bytes, "window_bytes": window_bytes,
-        "baseline_chunk_bytes": chunk_bytes, "timed_bytes": caught,
-        "catch_up_mib_s": round(catch_bps / MIB, 1),
-        "grpc_stream_mib_s": round(grpc_bps / MIB, 1),
-        "grpc_upload_mib_s": round(total / upload_s / MIB, 1),
-        "write_fsync_mib_s": round(disk_bps / MIB, 1),
-        "write_fsync_into_just_freed_pages_mib_s": round(total / recycled_s / MIB, 1),
-        "baseline": "grpc_stream" if grpc_bps <= disk_bps else "write_fsync",
-        "cpu_s_per_gib": {"master": round((cpu1[0] - cpu0[0]) / caught * gib, 2),
-                          "slave": round((cpu1[1] - cpu0[1]) / caught * gib, 2),
-                          "grpc_stream": round(grpc_cpu / total * gib, 2),
-                          "write_fsync": round(disk_cpu / total * gib, 2)},
-        "cores": _cores(),
-        "goal_cpu_floor_s_per_gib": round(floor, 2),
-        "goal_cpu_budget_s_per_gib": round(budget, 2),
-        "ratio": round(catch_bps / slower, 3), "goal": ">= 0.8",
-        "met": catch_bps / slower >= 0.8,
+        "baseline_chunk_bytes": chunk_bytes,
+        **_catch_up_figures(total=total, caught=caught, catch_s=catch_s,
+                            grpc=(grpc_s, grpc_cpu), disk=(disk_s, disk_cpu),
+                            upload_s=upload_s, recycled_s=recycled_s, cpu=(cpu0, cpu1)),
     }
 
 
