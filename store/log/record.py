@@ -196,10 +196,6 @@ def _topic_field(topic: str) -> bytes:
     return len(raw).to_bytes(1, "big") + raw
 
 
-def record_size(body_len: int, topic_len: int, properties_len: int) -> int:
-    return V4_FIXED_SIZE + body_len + 1 + topic_len + 2 + properties_len
-
-
 def encode(
     msg: Message,
     *,
