@@ -23,7 +23,7 @@ backends take them the same way:
 - planted-ack-before-fsync  store/log/commitlog.py CommitLog.flush: a flush
   counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
   before the fsync, which runs at the next flush. The `power` crash model
-  must catch it on every backend (issue 17).
+  must catch it on every backend (docs/known-bugs.md).
 
 This module is the one list of ids the lower layers (store, ha) accept;
 it holds no behaviour.

@@ -7,7 +7,7 @@ unlink) becomes durable only when its directory is fsynced, as on
 ext4/POSIX. `crash()` returns the disk a power cut leaves: the durable
 state, torn where a fault says so.
 
-MemoryDisk faults (what issue 17's simulated cluster injects), each drawn
+MemoryDisk faults (what the simulated cluster injects, docs/simulation.md), each drawn
 from one seeded `random.Random` and recorded in `faults` (a list of dicts a
 run can save as JSON):
 - `torn-op` at a crash: one unsynced write of a file keeps a prefix of its

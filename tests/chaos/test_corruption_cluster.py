@@ -1,4 +1,4 @@
-"""Corruption policies on real nodes (issue 15, s.1): `dlab cluster` and
+"""Corruption policies on real nodes (docs/design.md, corruption policy): `dlab cluster` and
 `dlab node` as separate processes, one bit flipped in the middle of a
 stopped node's flushed CommitLog on disk.
 

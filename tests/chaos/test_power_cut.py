@@ -1,4 +1,4 @@
-"""The `power` crash model made exact on real processes (issue 17): a node
+"""The `power` crash model made exact on real processes (docs/design.md, crash models): a node
 records the end of each completed fsync in its durable mark
 (store/log/durable_mark.py) and the harness discards every byte past it when the
 node dies, so a SIGKILL loses what a power cut would — including a flush

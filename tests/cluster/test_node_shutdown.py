@@ -1,5 +1,5 @@
 """SIGTERM at any moment of a node's first seconds is a clean stop within a
-few seconds (issue 15, section 6: a slave that got SIGTERM 0.6 s after start,
+few seconds (a defect once found: a slave that got SIGTERM 0.6 s after start,
 its master down, kept reconnecting with backoff for 30 s and was killed).
 
 Real `dlab node` processes. Each slave gets SIGTERM at one point after it

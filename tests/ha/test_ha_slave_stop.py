@@ -1,5 +1,5 @@
 """A slave that is told to stop stops reconnecting, whatever its HA client is
-doing at that moment (issue 15, section 6: a slave that got SIGTERM while its
+doing at that moment (a defect once found: a slave that got SIGTERM while its
 master was down kept reconnecting with backoff until it was killed).
 
 In process, on a real store and a real gRPC client: the master's address is
