@@ -305,137 +305,120 @@ class CommitLog:
 
         Where each record goes (segment roll, blank, QUEUEOFFSET) follows
         store/log/placement.py, in the native encoder and the loop below alike.
-        Records are encoded into the reused write buffers (store/
+        Records are encoded into the reused write buffers (store/log/
         writebuffers.py) and queued as one chunk per buffer and segment
-        touched; under PROCESS each chunk is written through at once and the
-        buffer is reused right away."""
-        limit = self.config.max_message_size_bytes
-        results: list[PutResult] = []
+        touched (_Batch); under PROCESS each chunk is written through at once
+        and the buffer is reused right away."""
         with self._lock:
             refused = self._refused()
             if refused:
                 return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
                                   detail=refused) for m in messages]
-            bufs = self._buffers
-            pushed = 0  # results[:pushed] are in pushed chunks: appended
-            pos = self.wrote
-            piece_pos, piece_from = pos, bufs.used  # the chunk being built
+            batch = _Batch(self)
             try:
-                seg = self._segment_at_wrote()
-
-                def close_piece() -> None:
-                    nonlocal piece_pos, piece_from, pushed
-                    if bufs.used > piece_from:
-                        self._push(seg, piece_pos, bufs.chunk(piece_from), pos)
-                        pushed = len(results)
-                    piece_pos, piece_from = pos, bufs.used
-
-                def new_buffer() -> None:
-                    nonlocal piece_from
-                    close_piece()
-                    bufs.next_buffer()
-                    piece_from = bufs.used
-
+                batch.seg = self._segment_at_wrote()
                 now = self.clock.wall_ms()
                 if now < self._last_ts:
                     now = self._last_ts  # store timestamps never go backwards
-                host = self.config.store_host
-                host_field = self._host_field
-                qo = self._queue_offsets
-                native = native_codec.encode_run_into
-                i = 0
-                n_msgs = len(messages)
-                while i < n_msgs:
-                    if native is not None and host_field is not None:
-                        # The common case in one native call; it stops where
-                        # this loop must decide (a record past the placement
-                        # limit: a roll; an unusual message; a full buffer).
-                        nbytes, count, full = native(
-                            bufs.current, bufs.used, messages, i, pos, end_limit(seg.end),
-                            qo, now, host_field, limit, results, PutResult,
-                            PutStatus.PUT_OK)
-                        if count:
-                            bufs.used += nbytes
-                            pos += nbytes
-                            i += count
-                            if i == n_msgs:
-                                break
-                        if full and bufs.used:
-                            new_buffer()
-                            continue
-                    msg = messages[i]
-                    i += 1
-                    if len(msg.body) > limit:
-                        results.append(PutResult(
-                            PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
-                            detail=f"body of {len(msg.body)} bytes exceeds max_message_size "
-                                   f"{limit}"))
-                        continue
-                    # Topic and queue id name a consume queue directory.
-                    problem = topic_problem(msg.topic) or queue_id_problem(msg.queue_id)
-                    if problem:
-                        results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
-                                                 detail=problem))
-                        continue
-                    key = (msg.topic, msg.queue_id)
-                    q = qo.get(key, 0)
-                    try:
-                        data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
-                                      store_host=host)
-                    except ValueError as exc:
-                        results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
-                                                 detail=str(exc)))
-                        continue
-                    at, blank = place(pos, len(data), self.seg_size)
-                    if blank:
-                        # Does not fit: close the segment with a blank, roll.
-                        close_piece()
-                        self._last_ts = now
-                        self._push(seg, pos, encode_blank(blank), at)
-                        pos = at
-                        seg = self._segment_at_wrote()
-                        piece_pos = pos
-                        data = encode(msg, offset=pos, queue_offset=q, store_timestamp_ms=now,
-                                      store_host=host)
-                    qo[key] = q + 1
-                    if len(data) > bufs.room:
-                        if len(data) > bufs.buffer_bytes:
-                            # Bigger than a buffer: queued as its own chunk.
-                            close_piece()
-                            results.append(PutResult(PutStatus.PUT_OK, pos, len(data),
-                                                     msg.msg_id, now))
-                            self._push(seg, pos, data, pos + len(data))
-                            pos += len(data)
-                            pushed = len(results)
-                            piece_pos = pos
-                            continue
-                        new_buffer()
-                    bufs.current[bufs.used : bufs.used + len(data)] = data
-                    bufs.used += len(data)
-                    results.append(PutResult(PutStatus.PUT_OK, pos, len(data), msg.msg_id, now))
-                    pos += len(data)
-                close_piece()
-                if pushed:
+                self._encode_all(batch, messages, now)
+                batch.close_piece()
+                if batch.pushed:
                     # Only a batch that stored a record moves the timestamp
                     # a flush writes to the checkpoint: recovery reads a
                     # checkpoint past the last good record as proof that
                     # data was flushed past it (store/log/recovery.py).
                     self._last_ts = now
             except (OSError, SegmentUnavailableError) as exc:
-                if isinstance(exc, OSError) and self.failed is None:
-                    self._fail(exc, "append")
-                why = self.failed or str(exc)
-                # Messages in chunks pushed before the error are appended like
-                # any other (under PROCESS already in the file): they keep
-                # PUT_OK. The rest were not written. (A segment that cannot be
-                # created fails only at the batch's start or at a roll, where
-                # every earlier message is pushed and nothing later counted.)
-                bufs.used = piece_from  # drop the unqueued part of the buffer
-                return results[:pushed] + [
-                    PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id, detail=why)
-                    for m in messages[pushed:]]
+                return self._append_failed(batch, messages, exc)
             self._check()
-        return results
+        return batch.results
+
+    def _encode_all(self, batch: _Batch, messages: Sequence[Message], now: int) -> None:
+        """Every message of an append into `batch`: runs of ordinary ones in
+        one native call where the codec is built, the rest one at a time."""
+        bufs = batch.bufs
+        host_field = self._host_field
+        native = native_codec.encode_run_into if host_field is not None else None
+        limit = self.config.max_message_size_bytes
+        i, n_msgs = 0, len(messages)
+        while i < n_msgs:
+            if native is not None:
+                # The common case in one native call; it stops where this
+                # loop must decide (a record past the placement limit: a
+                # roll; an unusual message; a full buffer).
+                assert batch.seg is not None
+                nbytes, count, full = native(
+                    bufs.current, bufs.used, messages, i, batch.pos, end_limit(batch.seg.end),
+                    self._queue_offsets, now, host_field, limit, batch.results, PutResult,
+                    PutStatus.PUT_OK)
+                if count:
+                    bufs.used += nbytes
+                    batch.pos += nbytes
+                    i += count
+                    if i == n_msgs:
+                        break
+                if full and bufs.used:
+                    batch.new_buffer()
+                    continue
+            self._append_one(batch, messages[i], now)
+            i += 1
+
+    def _append_one(self, batch: _Batch, msg: Message, now: int) -> None:
+        """One message into `batch`: refused as MESSAGE_ILLEGAL, or encoded
+        at `batch.pos` (after a blank and a roll when it does not fit)."""
+        limit = self.config.max_message_size_bytes
+        if len(msg.body) > limit:
+            batch.results.append(PutResult(
+                PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                detail=f"body of {len(msg.body)} bytes exceeds max_message_size {limit}"))
+            return
+        # Topic and queue id name a consume queue directory.
+        problem = topic_problem(msg.topic) or queue_id_problem(msg.queue_id)
+        if problem:
+            batch.results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                                           detail=problem))
+            return
+        key = (msg.topic, msg.queue_id)
+        q = self._queue_offsets.get(key, 0)
+        host = self.config.store_host
+        try:
+            data = encode(msg, offset=batch.pos, queue_offset=q, store_timestamp_ms=now,
+                          store_host=host)
+        except ValueError as exc:
+            batch.results.append(PutResult(PutStatus.MESSAGE_ILLEGAL, msg_id=msg.msg_id,
+                                           detail=str(exc)))
+            return
+        at, blank = place(batch.pos, len(data), self.seg_size)
+        if blank:
+            # Does not fit: close the segment with a blank, roll.
+            batch.close_piece()
+            self._last_ts = now
+            assert batch.seg is not None
+            self._push(batch.seg, batch.pos, encode_blank(blank), at)
+            batch.pos = at
+            batch.seg = self._segment_at_wrote()
+            batch.piece_pos = batch.pos
+            data = encode(msg, offset=batch.pos, queue_offset=q, store_timestamp_ms=now,
+                          store_host=host)
+        self._queue_offsets[key] = q + 1
+        batch.add_record(data, msg.msg_id, now)
+
+    def _append_failed(self, batch: _Batch, messages: Sequence[Message],
+                       exc: OSError | SegmentUnavailableError) -> list[PutResult]:
+        """The results of an append that failed part way: what was queued
+        before the error keeps its PUT_OK, the rest was not written."""
+        if isinstance(exc, OSError) and self.failed is None:
+            self._fail(exc, "append")
+        why = self.failed or str(exc)
+        # Messages in chunks pushed before the error are appended like any
+        # other (under PROCESS already in the file): they keep PUT_OK. The
+        # rest were not written. (A segment that cannot be created fails only
+        # at the batch's start or at a roll, where every earlier message is
+        # pushed and nothing later counted.)
+        batch.bufs.used = batch.piece_from  # drop the unqueued part of the buffer
+        return batch.results[:batch.pushed] + [
+            PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id, detail=why)
+            for m in messages[batch.pushed:]]
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append bytes shipped by a master at `offset` (must equal `wrote`).
@@ -851,3 +834,55 @@ class CommitLog:
         self.checkpoint.close()
         if self.mark is not None:
             self.mark.close()
+
+
+class _Batch:
+    """One append under way: its records are encoded into the write buffers
+    and queued as chunks, one per buffer and segment touched. The chunk
+    being built starts at log position `piece_pos`, buffer index
+    `piece_from`; `results[:pushed]` are in queued chunks (appended)."""
+
+    __slots__ = ("log", "bufs", "seg", "pos", "piece_pos", "piece_from", "pushed", "results")
+
+    def __init__(self, log: CommitLog) -> None:
+        self.log = log
+        self.bufs: WriteBuffers = log._buffers
+        self.seg: Segment | None = None
+        self.pos: int = log.wrote
+        self.piece_pos, self.piece_from = self.pos, self.bufs.used
+        self.pushed = 0
+        self.results: list[PutResult] = []
+
+    def close_piece(self) -> None:
+        """Queue the chunk built so far (if any) and start the next here."""
+        bufs = self.bufs
+        if bufs.used > self.piece_from:
+            assert self.seg is not None
+            self.log._push(self.seg, self.piece_pos, bufs.chunk(self.piece_from), self.pos)
+            self.pushed = len(self.results)
+        self.piece_pos, self.piece_from = self.pos, bufs.used
+
+    def new_buffer(self) -> None:
+        self.close_piece()
+        self.bufs.next_buffer()
+        self.piece_from = self.bufs.used
+
+    def add_record(self, data: bytes, msg_id: str | None, now: int) -> None:
+        """An encoded record at `pos`: into the current buffer, a new one, or
+        (bigger than a buffer) queued as a chunk of its own."""
+        bufs = self.bufs
+        if len(data) > bufs.room:
+            if len(data) > bufs.buffer_bytes:
+                self.close_piece()
+                self.results.append(PutResult(PutStatus.PUT_OK, self.pos, len(data), msg_id, now))
+                assert self.seg is not None
+                self.log._push(self.seg, self.pos, data, self.pos + len(data))
+                self.pos += len(data)
+                self.pushed = len(self.results)
+                self.piece_pos = self.pos
+                return
+            self.new_buffer()
+        bufs.current[bufs.used : bufs.used + len(data)] = data
+        bufs.used += len(data)
+        self.results.append(PutResult(PutStatus.PUT_OK, self.pos, len(data), msg_id, now))
+        self.pos += len(data)
