@@ -43,7 +43,7 @@ from cluster.node.role import Role
 from store.config import KIB, StoreConfig
 from store.store import MessageStore, StoreOpenError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = StoreConfig(segment_size_bytes=256 * KIB, max_message_size_bytes=64 * KIB)
 NOT_UTF8 = b'\xff\xfe{"offsetTable": {}}'
 

@@ -34,7 +34,7 @@ from store.store import MessageStore
 from store.tools.inspect import inspect_store
 
 SEG = TESTING.segment_size_bytes
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _crash(s: MessageStore) -> None:

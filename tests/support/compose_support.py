@@ -13,7 +13,7 @@ import pytest
 from cluster.backends import image as img
 from cluster.backends.docker_engine import unavailable_reason
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE_MISSING = unavailable_reason()
 needs_engine = pytest.mark.skipif(
