@@ -85,7 +85,10 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None,
     stray: list[str] = []
     for name in disk.listdir(commitlog_dir):
         path = os.path.join(commitlog_dir, name)
-        if len(name) == NAME_DIGITS and name.isdigit() and disk.isfile(path):
+        # A link is never a segment (listed as stray, never opened or
+        # sized through): store/layout.py.
+        if (len(name) == NAME_DIGITS and name.isdigit() and not disk.islink(path)
+                and disk.isfile(path)):
             start = int(name)
             starts.append(start)
             sizes[start] = disk.size(path)

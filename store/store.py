@@ -49,6 +49,7 @@ from store.emulate import RMQ_405
 from store.failpoints import DISARMED, Failpoints
 from store.flush_executor import FlushExecutor, StoreLock, ThreadFlushExecutor
 from store.group_commit import GroupCommit
+from store.layout import layout_problems, refusal
 from store.lock import StoreLockedError
 from store.log_cuts import apply_plan, open_segments
 from store.opening import (
@@ -138,6 +139,11 @@ class MessageStore(ConsumeSide, FlushServices):
         failpoints = failpoints or DISARMED
         disk = disk or RealDisk()
         commitlog_dir = os.path.join(path, "commitlog")
+        # Before the lock file is written or anything created: a link would
+        # take those writes out of the store (store/layout.py).
+        problems = layout_problems(disk, path)
+        if problems:
+            raise StoreOpenError(refusal(path, problems))
         found = entries(disk, path)
         try:
             disk.makedirs(commitlog_dir)
