@@ -30,8 +30,10 @@ from store_helpers import fill, mark_abnormal
 
 from cluster.node.auth import write_token_file
 from store.config import TESTING, CorruptionPolicy
+from store.disk import RealDisk
 from store.durable_mark import CHECKPOINT_AT, CHECKPOINT_BYTES, COMMITLOG_AT, power_cut
 from store.inspect import inspect_store
+from store.lock import StoreLock
 from store.segments import list_segments, segment_name
 from store.store import MessageStore, StoreOpenError
 
@@ -228,3 +230,38 @@ def _lower_mark(store: Path, end: int) -> None:
     raw[COMMITLOG_AT:COMMITLOG_AT + 8] = struct.pack(">q", end)
     raw[CHECKPOINT_AT:] = struct.pack(">q24s", 1, bytes(CHECKPOINT_BYTES))
     (store / "durable-mark").write_bytes(bytes(raw))
+
+
+class _LinkAtLock(RealDisk):
+    """The real disk, but `entry` becomes a link to `target` just after the
+    open's layout check (when the lock is taken), as a racing process could
+    make it: the O_NOFOLLOW opens must still refuse it."""
+
+    def __init__(self, make: Callable[[], None]) -> None:
+        self._make = make
+
+    def lock(self, path: str) -> StoreLock:
+        self._make()
+        return super().lock(path)
+
+
+@pytest.mark.parametrize("case", ["lock", "last-segment", "durable-mark"])
+def test_a_link_made_after_the_check_is_not_followed_either(
+        made: Path, tmp_path: Path, case: str) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(made, store)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    made_link: dict[str, object] = {}
+
+    def make() -> None:
+        made_link["link"] = CASES[case](store, scratch)
+        made_link["target"] = fingerprint(scratch / "x")
+
+    with pytest.raises(StoreOpenError) as err:
+        MessageStore.open(str(store), TESTING, disk=_LinkAtLock(make))
+    link = made_link["link"]
+    assert isinstance(link, Path) and link.is_symlink()
+    message = str(err.value)
+    assert str(link.relative_to(store)) in message and "symbolic link" in message, message
+    assert fingerprint(scratch / "x") == made_link["target"]
