@@ -32,7 +32,7 @@ from cluster.node.auth import write_token_file
 from store.config import TESTING, CorruptionPolicy
 from store.disk import RealDisk
 from store.durable_mark import CHECKPOINT_AT, CHECKPOINT_BYTES, COMMITLOG_AT, power_cut
-from store.inspect import inspect_store
+from store.inspect import InspectError, inspect_store
 from store.lock import StoreLock
 from store.segments import list_segments, segment_name
 from store.store import MessageStore, StoreOpenError
@@ -265,3 +265,9 @@ def test_a_link_made_after_the_check_is_not_followed_either(
     message = str(err.value)
     assert str(link.relative_to(store)) in message and "symbolic link" in message, message
     assert fingerprint(scratch / "x") == made_link["target"]
+
+
+def test_inspect_refuses_a_linked_commitlog_directory(made: Path, tmp_path: Path) -> None:
+    store, link, target = _setup(made, tmp_path, "commitlog-dir")
+    with pytest.raises(InspectError, match="commitlog is a symbolic link"):
+        inspect_store(str(store))
