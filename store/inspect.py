@@ -216,7 +216,8 @@ def inspect_consume_queues(root: str, log_end: int) -> tuple[list[QueueReport], 
             if not qid.isdigit() or not os.path.isdir(qdir):
                 problems.append(f"{CQ_DIR}/{topic}/{qid} is not a queue directory")
                 continue
-            names = sorted(n for n in os.listdir(qdir) if len(n) == NAME_DIGITS and n.isdigit())
+            names = sorted(n for n in os.listdir(qdir) if len(n) == NAME_DIGITS and n.isdigit()
+                           and not os.path.islink(os.path.join(qdir, n)))
             data = bytearray()
             reason = None
             for name in names:
@@ -620,8 +621,12 @@ class StoreFiles:
                      for q in queues if q.first_bad_unit is not None]
         # Links and misplaced entries: what makes an open refuse, and what
         # this inspection did not read (store/layout.py).
-        problems += layout_problems(RealDisk(), self.path)
-        return replace(report, consume_queues=queues, problems=report.problems + problems)
+        layout = layout_problems(RealDisk(), self.path)
+        recovery = report.recovery
+        if layout:
+            recovery = replace(recovery, opens=False, refusal=recovery.refusal + layout)
+        return replace(report, consume_queues=queues, recovery=recovery,
+                       problems=report.problems + problems + layout)
 
     def close(self) -> None:
         for m in self._maps.values():

@@ -198,15 +198,21 @@ def test_a_node_process_refuses_a_linked_lock_and_leaves_the_target(
     assert fingerprint(store) == before_store
 
 
-def test_inspect_reads_no_link_and_names_each(made: Path, tmp_path: Path) -> None:
-    store, link, target = _setup(made, tmp_path, "last-segment")
-    linked_start = int(link.name)
-    full = inspect_store(str(made))
+@pytest.mark.parametrize("case", ["last-segment", "consume-queue-file", "checkpoint", "lock",
+                                  "consume-queue-dir"])
+def test_inspect_reads_no_link_and_names_each(made: Path, tmp_path: Path, case: str) -> None:
+    store, link, target = _setup(made, tmp_path, case)
+    before = fingerprint(tmp_path / "scratch")
     report = inspect_store(str(store))
     assert any(f"{link} is a symbolic link" in p for p in report.problems), report.problems
-    # The linked segment was not read: the log ends where it starts.
-    assert report.max_valid_offset == linked_start < full.max_valid_offset
-    assert link.name not in [s.name for s in report.segments]
+    # What an open would do agrees with the open: it refuses.
+    assert not report.recovery.opens
+    assert any(f"{link} is a symbolic link" in p for p in report.recovery.refusal)
+    assert fingerprint(tmp_path / "scratch") == before
+    if case == "last-segment":  # not read: the log ends where it starts
+        full = inspect_store(str(made))
+        assert report.max_valid_offset == int(link.name) < full.max_valid_offset
+        assert link.name not in [s.name for s in report.segments]
 
 
 def test_power_cut_does_not_write_through_a_link(made: Path, tmp_path: Path) -> None:
