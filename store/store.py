@@ -36,6 +36,7 @@ from store.consume.consumequeue import ConsumeQueues
 from store.consume.consumer_offsets import ConsumerOffsetTable, OffsetTableError
 from store.emulate import RMQ_405
 from store.failpoints import DISARMED, Failpoints
+from store.layout import layout_problems, refusal
 from store.log.checkpoint import CheckpointFile, read_checkpoint
 from store.log.commitlog import CommitLog, StoreFailedError
 from store.log.corruption_policy import (
@@ -138,6 +139,11 @@ class MessageStore(ConsumeSide, FlushServices):
         failpoints = failpoints or DISARMED
         disk = disk or RealDisk()
         commitlog_dir = os.path.join(path, "commitlog")
+        # Before the lock file is written or anything created: a link would
+        # take those writes out of the store (store/layout.py).
+        problems = layout_problems(disk, path)
+        if problems:
+            raise StoreOpenError(refusal(path, problems))
         found = entries(disk, path)
         try:
             disk.makedirs(commitlog_dir)

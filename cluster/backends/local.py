@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+from cluster.backends.dir_files import append_no_link, write_token
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
@@ -40,7 +41,6 @@ from cluster.backends.interface import (
 )
 from cluster.backends.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
 from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
-from cluster.node.auth import write_token_file
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
@@ -101,7 +101,7 @@ class LocalBackend(ClusterDir):
                         f"a cluster is already up in {self._dir()} ({', '.join(alive)} "
                         f"running); run `dlab cluster down --dir {self._dir()}` first")
             os.makedirs(self._path("proxies"), exist_ok=True)
-            write_token_file(self._path("token"), token)
+            write_token(self._path("token"), token)
             ports = free_ports(len(spec.nodes) + len(spec.slaves))
             state: dict[str, Any] = {
                 "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
@@ -175,7 +175,7 @@ class LocalBackend(ClusterDir):
                             token_file=self._path("token"), refusal_file=refusal,
                             repair_from=peers)
         log_path = self._path("nodes", name, "node.log")
-        with open(log_path, "ab") as f:
+        with open(append_no_link(log_path), "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
                     f"(start {n['starts'] + 1})\n".encode())
         proc = spawn([self.python, "-m", "cluster.cli", "node", *args], log_path=log_path,

@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cluster.backends.dir_files import append_no_link
+
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
@@ -64,7 +66,7 @@ def proc_state(proc: ProcId | None) -> str:
 def spawn(cmd: Sequence[str], *, log_path: str, env: dict[str, str] | None = None) -> ProcId:
     """Start cmd detached from this process (own session, stdin closed,
     stdout+stderr appended to log_path), so it outlives the CLI call."""
-    with open(log_path, "ab") as log:
+    with open(append_no_link(log_path), "ab") as log:
         p = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True, env=env)
     _CHILDREN[p.pid] = p

@@ -107,7 +107,10 @@ class LinkProxy:
         state = {"listen": self.listen, "target": f"{self.target[0]}:{self.target[1]}",
                  "cut": self.cut, "pid": os.getpid(), "connections": len(self.conns)}
         tmp = self.state_file + ".tmp"
-        with open(tmp, "w") as f:
+        # O_NOFOLLOW: never write through a link in the cluster directory
+        # (cluster/backends/dir_files.py).
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644),
+                  "w") as f:
             json.dump(state, f)
         os.replace(tmp, self.state_file)
 

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cluster.backends.dir_files import append_no_link, open_no_link, replace_no_link
 from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
 from ha.credentials import token_metadata
@@ -56,7 +57,7 @@ class ClusterDir:
                 os.makedirs(directory, exist_ok=True)
             elif not os.path.exists(self._path(STATE_FILE)):
                 self._load()  # raises: "no cluster in DIR; start one with ..."
-            fd = os.open(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_no_link(self._path("cluster.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise BackendError(f"cannot use {directory} as a cluster directory: "
                                f"{exc.strerror or exc} ({exc.filename or directory}); "
@@ -206,14 +207,14 @@ class ClusterDir:
             return None
         cut = power_cut(self._path("nodes", name, "data"))
         if cut.applied:
-            with contextlib.suppress(OSError), \
-                    open(self._path("nodes", name, "node.log"), "a") as f:
+            with contextlib.suppress(OSError, BackendError), \
+                    open(append_no_link(self._path("nodes", name, "node.log")), "a") as f:
                 f.write(f"---- dlab cluster: {cut.describe()}\n")
         return cut
 
     def _save(self, state: dict[str, Any]) -> None:
         tmp = self._path(STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
+        with open(replace_no_link(tmp), "w") as f:
             json.dump(state, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())

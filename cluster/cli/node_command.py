@@ -212,7 +212,9 @@ def cmd_node(args: argparse.Namespace) -> int:
         logging.getLogger("dlab.node").error("node %s refused to start: %s", args.name, exc)
         if args.refusal_file:
             try:
-                with open(args.refusal_file, "w", encoding="utf-8") as f:
+                fd = os.open(args.refusal_file,  # never through a link
+                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                with open(fd, "w", encoding="utf-8") as f:
                     f.write(f"corruption at {exc.damage.offset}: {exc}\n")
             except OSError as err:
                 logging.getLogger("dlab.node").error("cannot write %s: %s", args.refusal_file,

@@ -44,7 +44,8 @@ def generate_token() -> str:
 
 def write_token_file(path: str, token: str) -> None:
     """Write `token` to `path` readable by the owner only (0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # O_NOFOLLOW: never truncate and rewrite the file a link points to.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, 0o600)
         os.write(fd, token.encode("ascii") + b"\n")

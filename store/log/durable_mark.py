@@ -62,6 +62,7 @@ are below the mark of the previous run and stay as the kill left them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -144,11 +145,11 @@ class PowerCut:
 
 def read_mark(store_dir: str) -> tuple[int, bytes | None] | None:
     """(commitlog mark, checkpoint bytes or None), or None without a usable mark."""
-    try:
-        with open(os.path.join(store_dir, MARK_FILE), "rb") as f:
-            raw = f.read(SIZE)
-    except FileNotFoundError:
+    fd = _open_no_link(os.path.join(store_dir, MARK_FILE), os.O_RDONLY)
+    if fd is None:
         return None
+    with open(fd, "rb") as f:
+        raw = f.read(SIZE)
     if len(raw) < SIZE or _HEADER.unpack_from(raw, 0) != (MAGIC, VERSION):
         return None
     (end,) = _COMMITLOG.unpack_from(raw, COMMITLOG_AT)
@@ -173,8 +174,8 @@ def power_cut(store_dir: str) -> PowerCut:
     restored = False
     if checkpoint is not None:
         path = os.path.join(store_dir, "checkpoint")
-        with contextlib.suppress(FileNotFoundError):
-            fd = os.open(path, os.O_WRONLY)
+        fd = _open_no_link(path, os.O_WRONLY)
+        if fd is not None:
             try:
                 os.pwrite(fd, checkpoint, 0)
                 os.fsync(fd)
@@ -186,6 +187,20 @@ def power_cut(store_dir: str) -> PowerCut:
     # never the dead process's, and a second cut must not take it.
     os.unlink(os.path.join(store_dir, MARK_FILE))
     return PowerCut(True, "", end, data_end, restored)
+
+
+def _open_no_link(path: str, flags: int) -> int | None:
+    """A descriptor for `path`, or None when it is missing or a symbolic
+    link: the cut never writes through a link into a file outside the store
+    (the node's next open refuses the link: store/layout.py)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise
 
 
 def _clear_commitlog_from(commitlog_dir: str, end: int) -> int:
@@ -201,11 +216,13 @@ def _clear_commitlog_from(commitlog_dir: str, end: int) -> int:
             continue
         start = int(name)
         path = os.path.join(commitlog_dir, name)
+        if os.path.islink(path):
+            continue  # never written through (the next open refuses it)
         size = os.path.getsize(path)
         if start + size <= end:
             continue
         cut = max(0, end - start)
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         try:
             last = _last_non_zero(fd, cut, size)
             if last is not None:

@@ -108,6 +108,10 @@ def os_error_message(path: str, exc: OSError) -> str:
         note = (" (without a checkpoint, recovery only scans more)"
                 if os.path.basename(where) == "checkpoint" else "")
         return f"{what}; a directory stands where the store keeps a file: move it aside{note}"
+    if exc.errno == errno.ELOOP:
+        return (f"{what}; it is a symbolic link, which a store never follows (its writes "
+                "would land in the file it points to): put the file itself there, or move "
+                "the link aside")
     if exc.errno == errno.ENOTDIR:
         return f"{what}; a file stands where a directory belongs: move it aside"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):

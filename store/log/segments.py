@@ -83,9 +83,16 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None,
     starts: list[int] = []
     sizes: dict[int, int] = {}
     stray: list[str] = []
+    fatal: list[str] = []
     for name in disk.listdir(commitlog_dir):
         path = os.path.join(commitlog_dir, name)
-        if len(name) == NAME_DIGITS and name.isdigit() and disk.isfile(path):
+        is_name = len(name) == NAME_DIGITS and name.isdigit()
+        if is_name and disk.islink(path):
+            # Never opened or sized through: the store's writes would land
+            # in the file it points to (store/layout.py refuses it first).
+            fatal.append(f"commitlog/{name}: a symbolic link, which a store never follows; "
+                         "put the segment itself there, or move the link aside")
+        elif is_name and disk.isfile(path):
             start = int(name)
             starts.append(start)
             sizes[start] = disk.size(path)
@@ -93,7 +100,6 @@ def list_segments(commitlog_dir: str, expected_size: int | None = None,
             stray.append(name)
     starts.sort()
     problems = [f"stray file ignored: commitlog/{n}" for n in stray]
-    fatal: list[str] = []
     seg_size = expected_size
     if seg_size is None:
         seg_size = infer_segment_size(starts, sizes)

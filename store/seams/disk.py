@@ -4,7 +4,8 @@ filesystem twin).
 
 - `RealDisk` (here): the operating system, the same system calls the store
   always made (pwrite/pwritev, fdatasync/fsync, posix_fallocate, ftruncate,
-  mmap for the recovery scan, flock for the lock).
+  mmap for the recovery scan, flock for the lock); files are opened with
+  O_NOFOLLOW, and `size` does not follow a link either.
 - `MemoryDisk` (store/sim/memory_disk.py): files are byte arrays with a page
   cache, a power cut and seeded faults, for the simulated cluster.
 
@@ -26,6 +27,11 @@ from typing import Any, Protocol
 from store.seams.lock import StoreLock
 
 Buffer = bytes | bytearray | memoryview
+
+# Every store file is opened without following a link (ELOOP instead): a
+# write through one would change a file outside the store. The open checks
+# the layout first (store/layout.py); this covers a link made after that.
+NOFOLLOW = os.O_NOFOLLOW
 
 
 class DiskFile(Protocol):
@@ -215,15 +221,17 @@ class RealDisk:
         return RealFile(path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
 
     def open(self, path: str, *, create: bool = False) -> RealFile:
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        flags = os.O_RDWR | NOFOLLOW | (os.O_CREAT if create else 0)
         return RealFile(path, os.open(path, flags, 0o644))
 
     def read_file(self, path: str, limit: int | None = None) -> bytes:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | NOFOLLOW), "rb") as f:
             return f.read() if limit is None else f.read(limit)
 
     def write_file(self, path: str, data: bytes) -> None:
-        with open(path, "wb") as f:
+        # O_NOFOLLOW fails before O_TRUNC could empty a link's target.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
+        with open(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -254,7 +262,7 @@ class RealDisk:
         return os.path.islink(path)
 
     def size(self, path: str) -> int:
-        return os.path.getsize(path)
+        return os.stat(path, follow_symlinks=False).st_size
 
     def unlink(self, path: str) -> None:
         os.unlink(path)

@@ -14,7 +14,9 @@ class StoreLockedError(RuntimeError):
 class StoreLock:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: the pid below must not be written through a link into
+        # a file outside the store (store/layout.py refuses one first).
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -41,7 +43,7 @@ def lock_holder(path: str) -> int | None:
     flock in /proc/locks by device and inode. None when nobody holds it, or
     where /proc/locks does not exist."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             lines = f.readlines()
     except OSError:
@@ -65,7 +67,7 @@ def lock_holder(path: str) -> int | None:
 
 def _pid_in(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             text = f.read(32).decode("ascii", "replace").strip()
     except OSError:
         return None

@@ -3,8 +3,9 @@
 Reads any store root laid out as RocketMQ's (`commitlog/` segments named by
 their 20-digit start offset, `checkpoint`, `abort`, `lock`) — ours, or one a
 RocketMQ broker wrote in the v1 message layout. It opens every file
-read-only, takes no lock and writes nothing, so it is safe on a store a
-crashed node left behind, before recovery has touched it.
+read-only, takes no lock, writes nothing and follows no symbolic link (each
+is named as a problem, as store/layout.py refuses it at open), so it is safe
+on a store a crashed node left behind, before recovery has touched it.
 
 The core, `inspect_log`, is pure: it takes the segment listing, a function
 giving a segment's bytes, and the marker files' contents, and returns an
@@ -42,6 +43,7 @@ from typing import Any
 
 from store.consume.consumequeue import DIR_NAME as CQ_DIR
 from store.consume.consumequeue import UNIT, UNIT_SIZE
+from store.layout import layout_problems
 from store.log.checkpoint import Checkpoint, read_checkpoint
 from store.log.record import MESSAGE_MAGIC, CorruptRecordError, Record, decode, peek
 from store.log.recovery import (
@@ -52,6 +54,7 @@ from store.log.recovery import (
     scan_segment,
 )
 from store.log.segments import NAME_DIGITS, SegmentListing, list_segments, segment_name
+from store.seams.disk import RealDisk
 from store.seams.lock import lock_holder
 
 Buffer = bytes | memoryview
@@ -204,14 +207,17 @@ def inspect_consume_queues(root: str, log_end: int) -> tuple[list[QueueReport], 
         return out, problems
     for topic in topics:
         tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
+        if os.path.islink(tdir) or not os.path.isdir(tdir):
+            continue  # a link is named by layout_problems, never followed
         for qid in sorted(os.listdir(tdir), key=lambda q: (len(q), q)):
             qdir = os.path.join(tdir, qid)
+            if os.path.islink(qdir):
+                continue
             if not qid.isdigit() or not os.path.isdir(qdir):
                 problems.append(f"{CQ_DIR}/{topic}/{qid} is not a queue directory")
                 continue
-            names = sorted(n for n in os.listdir(qdir) if len(n) == NAME_DIGITS and n.isdigit())
+            names = sorted(n for n in os.listdir(qdir) if len(n) == NAME_DIGITS and n.isdigit()
+                           and not os.path.islink(os.path.join(qdir, n)))
             data = bytearray()
             reason = None
             for name in names:
@@ -219,8 +225,7 @@ def inspect_consume_queues(root: str, log_end: int) -> tuple[list[QueueReport], 
                     reason = (f"file {name} does not start where the previous one ends "
                               f"(byte {len(data)})")
                     break
-                with open(os.path.join(qdir, name), "rb") as f:
-                    data += f.read()
+                data += _read_no_link(os.path.join(qdir, name))
             units, bad, why = check_units(memoryview(data), log_end)
             if reason is not None and bad is None:
                 bad, why = units, reason
@@ -549,6 +554,9 @@ class StoreFiles:
         if not os.path.isdir(path):
             raise InspectError(f"{path} is a file, not a store directory; pass the directory "
                                "holding commitlog/, checkpoint and abort")
+        if os.path.islink(commitlog):
+            raise InspectError(f"{commitlog} is a symbolic link; a store never follows one, "
+                               "nor does inspect: put the directory itself there")
         if not os.path.isdir(commitlog):
             if _looks_like_commitlog(path):
                 raise InspectError(f"{path} looks like a commitlog/ directory itself; pass its "
@@ -566,7 +574,8 @@ class StoreFiles:
 
     def read(self, start: int) -> Buffer:
         if start not in self._maps:
-            fd = os.open(os.path.join(self._commitlog, segment_name(start)), os.O_RDONLY)
+            fd = os.open(os.path.join(self._commitlog, segment_name(start)),
+                         os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 size = os.fstat(fd).st_size
                 self._maps[start] = (
@@ -582,7 +591,8 @@ class StoreFiles:
         where the filesystem has it."""
         step = 1 << 20
         zeros = bytes(step)
-        fd = os.open(os.path.join(self._commitlog, segment_name(start)), os.O_RDONLY)
+        fd = os.open(os.path.join(self._commitlog, segment_name(start)),
+                     os.O_RDONLY | os.O_NOFOLLOW)
         try:
             while True:
                 try:
@@ -609,7 +619,14 @@ class StoreFiles:
         problems += [f"{CQ_DIR}/{q.topic}/{q.queue_id}: unit {q.first_bad_unit} {q.reason}; "
                      "recovery drops it and the units after it"
                      for q in queues if q.first_bad_unit is not None]
-        return replace(report, consume_queues=queues, problems=report.problems + problems)
+        # Links and misplaced entries: what makes an open refuse, and what
+        # this inspection did not read (store/layout.py).
+        layout = layout_problems(RealDisk(), self.path)
+        recovery = report.recovery
+        if layout:
+            recovery = replace(recovery, opens=False, refusal=recovery.refusal + layout)
+        return replace(report, consume_queues=queues, recovery=recovery,
+                       problems=report.problems + problems + layout)
 
     def close(self) -> None:
         for m in self._maps.values():
@@ -641,10 +658,16 @@ def _looks_like_commitlog(path: str) -> bool:
 
 def _read_small(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return f.read(64).decode("ascii", "replace").strip() or None
-    except OSError:
+        return _read_no_link(path, 64).decode("ascii", "replace").strip() or None
+    except OSError:  # ELOOP for a link: not read
         return None
+
+
+def _read_no_link(path: str, limit: int = -1) -> bytes:
+    """The bytes of `path` (the first `limit`), never through a link (OSError
+    with ELOOP for one)."""
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+        return f.read(limit)
 
 
 def _read_markers(path: str) -> Markers:
@@ -652,11 +675,11 @@ def _read_markers(path: str) -> Markers:
     lock = os.path.join(path, "lock")
     cp, problem = read_checkpoint(os.path.join(path, "checkpoint"))
     return Markers(
-        abort_present=os.path.exists(abort),
-        abort_pid=_read_small(abort) if os.path.exists(abort) else None,
-        lock_present=os.path.exists(lock),
-        lock_pid=_read_small(lock) if os.path.exists(lock) else None,
-        lock_held_by=lock_holder(lock) if os.path.exists(lock) else None,
+        abort_present=os.path.lexists(abort),
+        abort_pid=_read_small(abort) if os.path.lexists(abort) else None,
+        lock_present=os.path.lexists(lock),
+        lock_pid=_read_small(lock) if os.path.lexists(lock) else None,
+        lock_held_by=lock_holder(lock) if os.path.lexists(lock) else None,
         checkpoint=cp,
         checkpoint_problem=problem,
     )

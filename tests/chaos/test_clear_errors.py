@@ -154,7 +154,8 @@ def test_node_start_with_checkpoint_a_directory_exits_2_and_leaves_the_store(
     os.unlink(os.path.join(data, "checkpoint"))
     os.mkdir(os.path.join(data, "checkpoint"))
     before = tree(data)
-    refused(dlab(*node_args(str(tmp_path))), "checkpoint", "Is a directory", "move it aside")
+    refused(dlab(*node_args(str(tmp_path))), "checkpoint", "is a directory",
+            "move it aside")
     assert tree(data) == before
 
 
