@@ -24,7 +24,7 @@ Two twins:
 
 The same network carries unary calls (a client's broker calls, a slave's
 copy of its master's consumer offsets): `serve_calls` puts a gRPC servicer
-(cluster/node/server.py's BrokerServicer) at an address and `stub` gives a
+(cluster/node/broker_service.py's BrokerServicer) at an address and `stub` gives a
 caller an object with the servicer's methods, awaited like a grpc.aio
 stub's (`await stub.Pull(request, timeout=..., metadata=...)`). The
 request and the response are serialized and parsed as on the wire, each
