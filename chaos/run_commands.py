@@ -20,6 +20,7 @@ from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.sweep import run_in_order, run_sweep, sweep_context
 from chaos.workload import WorkloadConfig
+from cluster.backends.image import CheckedImages
 from store.cli_args import UserError, positive_float, positive_int
 
 
@@ -237,8 +238,10 @@ def cmd_bugs(args: argparse.Namespace) -> int:
     base = {"backend": args.backend, "crash_model": args.crash_model,
             "sim_duration_s": args.sim_duration}
 
+    images = CheckedImages()  # one image check for every run of the command (compose)
+
     def run(fields: dict[str, Any]) -> str:
-        return make_run(RunConfig(**base, **fields).validate()).execute()
+        return make_run(RunConfig(**base, **fields).validate(), images=images).execute()
 
     def on_run(r: bugs.CheckRun) -> None:
         side = "with   " if r.emulated else "without"
