@@ -3,8 +3,9 @@ pure function of data (no store, no stream, no clock), so every
 combination of outcomes is unit-tested (tests/test_sync_master_answer.py).
 The waits themselves run at the edge (cluster/node/put_answer.py).
 
-The rules (docs/design: "SYNC_MASTER put", "Flush", "Statuses"; RocketMQ
-4.x's CommitLog.handleHA and HAService.isSlaveOK):
+The rules (the design brief, DESIGN.md: "SYNC_MASTER put", "Flush",
+"Statuses"; docs/design.md "Replication"; RocketMQ 4.x's
+CommitLog.handleHA and HAService.isSlaveOK):
 
 1. At append, for each stored put, once: on a SYNC_MASTER a put waits for a
    slave only if one is connected and the best acked offset is less than

@@ -1,7 +1,7 @@
 """The answer a master gives a put after its flush and replica waits
 (ha/sync_master.py), as a pure function: every flush outcome x replica
-outcome x role, each case citing the rule of the design brief it checks
-(docs/design: "SYNC_MASTER put", "Flush", "Statuses").
+outcome x role, each case citing the rule of the design brief (DESIGN.md:
+"SYNC_MASTER put", "Flush", "Statuses") it checks.
 
 The batch is two stored puts, p1 = [1000, 1100) and p2 = [1100, 1200): the
 waits cover the batch's last end (1200), and the table is about p1, so a
@@ -139,7 +139,7 @@ def test_every_flush_outcome_by_replica_outcome_by_role(flush_case: str, replica
 def test_the_batch_end_decides_the_wait_but_each_put_its_own_status() -> None:
     """Group commit and the replica wait cover the batch's last end; a put
     already flushed and acked is PUT_OK while the one after it timed out
-    (docs/design "Flush": group commit; "SYNC_MASTER put")."""
+    (DESIGN.md "Flush": group commit; "SYNC_MASTER put")."""
     rules = _rules(sync_master=True)
     plan = plan_replica_wait(BATCH, 1000, rules)
     assert plan.wait_end == 1200
