@@ -205,6 +205,7 @@ def test_only_a_submitter_with_no_put_waiting_for_a_slave_is_answered_before_the
     assert answered_before_replica(plan, [P2])
     assert answered_before_replica(plan, [PutResult(PutStatus.MESSAGE_ILLEGAL, offset=1000)])
     assert not answered_before_replica(plan, [P1, P2])
+    assert not answered_before_replica(plan, [P2, P1])  # any of its puts, not only the first
 
 
 def test_an_async_master_plans_no_replica_wait() -> None:
