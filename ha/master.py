@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from ha import frames
+from ha import frames, sync_master
 from ha.config import HAConfig, ShipLimit
 from ha.session import (
     Accept,
@@ -136,8 +136,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
     def slave_ok(self, end: int) -> bool:
         """RocketMQ's HAService.isSlaveOK: a slave is connected and the best
         one is less than ha_max_gap_not_in_sync behind `end`."""
-        best = self.best_acked()
-        return best is not None and end - best < self.config.max_gap_not_in_sync_bytes
+        return sync_master.slave_ok(end, self.best_acked(), self.config.max_gap_not_in_sync_bytes)
 
     def wait_replicated(self, end: int) -> asyncio.Future[PutStatus]:
         """A future resolved with PUT_OK when some slave's acked offset covers

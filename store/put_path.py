@@ -4,11 +4,12 @@ MessageStore.put and put_batch, and so the group-commit benchmark).
 Puts submitted in one loop tick join one batch. The batch is appended with
 one CommitLog append (one lock, one buffer), then answered by `answer`: by
 default once the flush the mode asks for covers it (store.on_flushed:
-group commit under SYNC_FLUSH, nothing under ASYNC_FLUSH); a node answers
-after its flush and replica waits (cluster/node/server.py). Each submitter
-gets its slice of the results, once, from the loop, never from inside
-submit(); a put is the store's from submit() on, whatever happens to the
-submitter.
+group commit under SYNC_FLUSH, nothing under ASYNC_FLUSH); a node gives
+the path its own answer when it opens the store: after its flush and
+replica waits (cluster/node/put_answer.py, decided by ha/sync_master.py).
+Each submitter gets its slice of the results, once, from the loop, never
+from inside submit(); a put is the store's from submit() on, whatever
+happens to the submitter.
 
 A batch takes at most MAX_BATCH_MESSAGES before the next one opens; one
 that fills up is appended at once, so its flush can start while the rest
@@ -94,9 +95,11 @@ class PutPath:
 
     def __init__(self, log: CommitLog, config: StoreConfig,
                  append: Callable[[Sequence[Message]], list[PutResult]],
-                 on_flushed: OnFlushed) -> None:
+                 on_flushed: OnFlushed, *, answer: Answer | None = None) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.answer: Answer = self.answer_when_flushed
+        # Given when the path is built, never swapped: every batch of this
+        # store is answered by the same rule.
+        self._answer: Answer = answer or self.answer_when_flushed
         self.pending = 0  # batches submitted and not yet appended
         self.batches = 0  # batches appended (puts over batches: how much was coalesced)
         self.unanswered: set[PutBatch] = set()  # appended, a submitter not yet answered
@@ -148,7 +151,7 @@ class PutPath:
             return
         self.unanswered.add(batch)
         try:
-            self.answer(batch, results)
+            self._answer(batch, results)
         except Exception as exc:
             batch.fail(results, exc)
 

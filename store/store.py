@@ -59,7 +59,7 @@ from store.log.opening import (
 )
 from store.log.record import CorruptRecordError, Message
 from store.log.segments import list_segments
-from store.put_path import PutPath
+from store.put_path import Answer, PutPath
 from store.seams.clock import Clock, SystemClock
 from store.seams.disk import Disk, DiskLock, RealDisk
 from store.seams.flush_executor import FlushExecutor, StoreLock, ThreadFlushExecutor
@@ -84,6 +84,7 @@ class MessageStore(ConsumeSide, FlushServices):
         clock: Clock,
         failpoints: Failpoints,
         executor: FlushExecutor | None = None,
+        answer: Answer | None = None,
     ) -> None:
         self.path = path
         self.config = config
@@ -107,8 +108,10 @@ class MessageStore(ConsumeSide, FlushServices):
         self._least_dirty = config.flush_least_pages * config.page_size_bytes
         self.backpressure_flushes = 0  # appends that flushed (max_unflushed_bytes)
         # The one put path (store/put_path.py): the node's puts, put() and
-        # put_batch() are coalesced, appended and answered there.
-        self.puts = PutPath(log, config, self.append, self.on_flushed)
+        # put_batch() are coalesced, appended and answered there (by
+        # `answer` when given: a node's answer after its flush and replica
+        # waits; by default once the flush wait is over).
+        self.puts = PutPath(log, config, self.append, self.on_flushed, answer=answer)
         self.offsets_error: str | None = None  # the last failed periodic persist
         # After close(): None if it was clean (`abort` removed), else why
         # `abort` stays (the next open then runs abnormal recovery).
@@ -126,6 +129,7 @@ class MessageStore(ConsumeSide, FlushServices):
         repair_source: RepairSource | None = None,
         disk: Disk | None = None,
         executor: FlushExecutor | None = None,
+        answer: Answer | None = None,
     ) -> MessageStore:
         """Open (creating if needed) and recover the store at `path` on
         `disk` (the real filesystem by default). Raises
@@ -133,7 +137,9 @@ class MessageStore(ConsumeSide, FlushServices):
         can act on; on any error the directory is left as it was found.
         Corruption of flushed data is handled by config.corruption_policy
         (CorruptionRefusedError when refused); `repair_source` fetches a
-        damaged range from a replica (the REPAIR policy)."""
+        damaged range from a replica (the REPAIR policy). `answer` answers
+        each appended batch of puts (store/put_path.py Answer; default: once
+        the flush the mode asks for covers it)."""
         config = (config or StoreConfig()).validate()
         clock = clock or SystemClock()
         failpoints = failpoints or DISARMED
@@ -154,7 +160,8 @@ class MessageStore(ConsumeSide, FlushServices):
         # StoreLockedError: another process holds the store; nothing to undo.
         try:
             store = cls._open_locked(path, config, clock, failpoints, lock, disk, repair_source,
-                                     new_lock=executor.lock if executor else threading.Lock)
+                                     new_lock=executor.lock if executor else threading.Lock,
+                                     answer=answer)
         except BaseException as exc:
             # Leave the directory as found: every entry this open created
             # (`abort` above all, which would make the next open abnormal)
@@ -172,7 +179,7 @@ class MessageStore(ConsumeSide, FlushServices):
     def _open_locked(
         cls, path: str, config: StoreConfig, clock: Clock, failpoints: Failpoints,
         lock: DiskLock, disk: Disk, repair_source: RepairSource | None = None,
-        new_lock: Callable[[], StoreLock] = threading.Lock,
+        new_lock: Callable[[], StoreLock] = threading.Lock, answer: Answer | None = None,
     ) -> MessageStore:
         commitlog_dir = os.path.join(path, "commitlog")
         abort_path = os.path.join(path, "abort")
@@ -247,7 +254,7 @@ class MessageStore(ConsumeSide, FlushServices):
             if cpf is not None:
                 cpf.close()
             raise
-        store = cls(path, config, log, lock, report, clock, failpoints)
+        store = cls(path, config, log, lock, report, clock, failpoints, answer=answer)
         store._attach_queues(queues, offsets, floor, new_lock)
         return store
 

@@ -21,6 +21,7 @@ from chaos.matrix.grid import MatrixConfig, MatrixOutcome
 from chaos.matrix.launch import make_run, results_dir, scenario_list
 from chaos.matrix.sweep import run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
+from cluster.backends.image import CheckedImages
 from store.tools.cli_args import UserError, positive_float, positive_int
 
 
@@ -238,8 +239,10 @@ def cmd_bugs(args: argparse.Namespace) -> int:
     base = {"backend": args.backend, "crash_model": args.crash_model,
             "sim_duration_s": args.sim_duration}
 
+    images = CheckedImages()  # one image check for every run of the command (compose)
+
     def run(fields: dict[str, Any]) -> str:
-        return make_run(RunConfig(**base, **fields).validate()).execute()
+        return make_run(RunConfig(**base, **fields).validate(), images=images).execute()
 
     def on_run(r: bugs.CheckRun) -> None:
         side = "with   " if r.emulated else "without"

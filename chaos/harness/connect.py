@@ -3,16 +3,22 @@ workload, a node's status. The one place chaos/ touches cluster/'s client."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from chaos.harness.workload import SendOutcome
+from cluster.backends.image import CheckedImages
 from cluster.backends.interface import ClusterBackend
 from cluster.backends.registry import open_backend
 from cluster.client.node_client import AsyncNodeClient, NodeClient, make_message
 
 
-def backend_factory(name: str, directory: str) -> ClusterBackend:
-    return open_backend(name, directory)
+def backend_factory(images: CheckedImages | None = None) -> Callable[[str, str],
+                                                                     ClusterBackend]:
+    """A run's backend by name and cluster directory; `images` are the
+    node images its command has brought up to date (one check per command,
+    not per run)."""
+    return lambda name, directory: open_backend(name, directory, images=images)
 
 
 class _Sender:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.harness import scenarios
 from chaos.harness.runner import Run, RunConfig
 from store.tools.cli_args import UserError
+
+if TYPE_CHECKING:
+    from cluster.backends.image import CheckedImages
 
 
 def scenario_list(text: str) -> list[str]:
@@ -38,13 +41,15 @@ def results_dir(path: str, option: str = "--out") -> None:
         raise UserError(f"{option} {path} is not writable by this user; give another directory")
 
 
-def make_run(cfg: RunConfig, log: Any = None) -> Any:
-    """A run of `cfg` on its backend: anything with execute() -> run dir."""
+def make_run(cfg: RunConfig, log: Any = None, *, images: CheckedImages | None = None) -> Any:
+    """A run of `cfg` on its backend: anything with execute() -> run dir.
+    `images`: the node images the command has already brought up to date
+    (compose; shared by the runs of one command)."""
     if cfg.backend == "sim":
         from chaos.sim.run import SimRun
 
         return SimRun(cfg, log=log or (lambda s: None))
     from chaos.harness.connect import backend_factory, sender_factory, status_of
 
-    return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
+    return Run(cfg, backend_factory=backend_factory(images), sender_factory=sender_factory,
                status=status_of, log=log or (lambda s: None))

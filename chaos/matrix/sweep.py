@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from chaos.harness.runner import RunConfig
 from chaos.matrix.grid import MatrixOutcome
 from chaos.matrix.launch import make_run
+from cluster.backends.image import CheckedImages
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -76,11 +77,12 @@ def judge(run_id: str, run_dir: str | None, error: str | None, wall_s: float) ->
                     promise_violations=o.promise_violations)
 
 
-def run_one(cfg: RunConfig) -> SweepRun:
-    """One run, in whichever process calls it (a Spark worker), judged."""
+def run_one(cfg: RunConfig, images: CheckedImages | None = None) -> SweepRun:
+    """One run, in whichever process calls it (a Spark worker), judged;
+    `images`: the node images already brought up to date (compose)."""
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        run_dir = make_run(cfg).execute()
+        run_dir = make_run(cfg, images=images).execute()
         error = None
     except Exception as exc:
         run_dir, error = None, f"{type(exc).__name__}: {exc}"
@@ -96,8 +98,11 @@ def run_in_order(configs: Sequence[RunConfig], *,
     runs side by side would disturb)."""
     results: list[SweepRun] = []
     t0 = time.monotonic()
+    # One image check for the whole sequence (compose): every run runs the
+    # same node code, even if the sources change meanwhile.
+    images = CheckedImages()
     for i, cfg in enumerate(configs, 1):
-        r = run_one(cfg)
+        r = run_one(cfg, images)
         results.append(r)
         on_done(i, len(configs), r)
     return _outcome(results, time.monotonic() - t0), results

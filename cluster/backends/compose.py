@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
+    from cluster.backends.image import CheckedImages
+
 log = logging.getLogger("dlab.compose")
-# Node images brought up to date by this process (see _ensure_image).
-_IMAGES_CHECKED: set[str] = set()
 
 COMPOSE_FILE = "compose.yml"
 NODE_PORT = 7000  # inside every container
@@ -175,16 +175,19 @@ class ComposeBackend(ClusterDir):
     name = "compose"
 
     def __init__(self, directory: str | None = None, *, image: str | None = None,
-                 build_image: bool = True) -> None:
+                 build_image: bool = True, images: CheckedImages | None = None) -> None:
         """`directory`: a cluster directory to attach to (a later `up` may
         also set it). `image`: the node image (default: what `dlab image
         build` makes). `build_image`: bring the image up to date with this
-        checkout at `up` (a cache hit takes well under a second)."""
-        from cluster.backends.image import NODE_IMAGE
+        checkout at `up` (a cache hit takes well under a second). `images`:
+        the images already brought up to date by whoever runs this backend
+        (a matrix shares one over its runs; default: this backend's own)."""
+        from cluster.backends.image import NODE_IMAGE, CheckedImages
 
         self.directory = os.path.abspath(directory) if directory else None
         self.image = image or NODE_IMAGE
         self.build_image = build_image
+        self._images = images if images is not None else CheckedImages()
         self._client: docker.DockerClient | None = None
 
     # ------------------------------------------------------------ plumbing
@@ -231,11 +234,12 @@ class ComposeBackend(ClusterDir):
 
     def _ensure_image(self) -> None:
         """Bring the node image up to date with this checkout, once per
-        process: every run of a matrix then runs the same node code, even
-        if the sources change while it runs, and pays for the check once."""
+        owner of `images` (cluster/backends/image.py CheckedImages): every
+        run of a matrix then runs the same node code, even if the sources
+        change while it runs, and pays for the check once."""
         from cluster.backends.image import ImageBuildError, build_node_image
 
-        if self.image in _IMAGES_CHECKED and self._image_present():
+        if self.image in self._images and self._image_present():
             return
         if self.build_image:
             try:
@@ -251,7 +255,7 @@ class ComposeBackend(ClusterDir):
                          built.steps_cached, built.steps)
         elif not self._image_present():
             raise BackendError(f"no node image {self.image}; build it with `dlab image build`")
-        _IMAGES_CHECKED.add(self.image)
+        self._images.add(self.image)
 
     def _image_present(self) -> bool:
         from docker.errors import ImageNotFound

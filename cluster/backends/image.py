@@ -216,6 +216,23 @@ def count_cached_steps(build_output: Iterable[str]) -> tuple[int, int]:
 # --- IO edge ----------------------------------------------------------------
 
 
+class CheckedImages:
+    """The node images one owner (a chaos command, a backend) has brought
+    up to date with this checkout: each is checked once, then used as it
+    is while it exists, so every run the owner starts runs the same node
+    code even if the sources change meanwhile, and pays for the check
+    once."""
+
+    def __init__(self) -> None:
+        self._tags: set[str] = set()
+
+    def __contains__(self, tag: object) -> bool:
+        return tag in self._tags
+
+    def add(self, tag: str) -> None:
+        self._tags.add(tag)
+
+
 class ImageBuildError(RuntimeError):
     """The build cannot go on; the message says why and what to do."""
 

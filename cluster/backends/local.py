@@ -39,7 +39,7 @@ from cluster.backends.interface import (
     NodeState,
     read_refusal,
 )
-from cluster.backends.procs import ProcId, free_ports, proc_state, send_signal, spawn, wait_state
+from cluster.backends.procs import ChildProcesses, ProcId, free_ports
 from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
@@ -79,6 +79,7 @@ class LocalBackend(ClusterDir):
         also set it). `python`: the interpreter that runs `dlab node`."""
         self.directory = os.path.abspath(directory) if directory else None
         self.python = python or sys.executable
+        self._children = ChildProcesses()  # the nodes and proxies this backend started
 
     # ------------------------------------------------------------------ up
     def up(self, spec: ClusterSpec, *, token: str, timeout_s: float = 60.0) -> list[NodeInfo]:
@@ -94,8 +95,8 @@ class LocalBackend(ClusterDir):
         with self._locked(create=True):
             if os.path.exists(self._path(STATE_FILE)):
                 old = self._load()
-                alive = [n for n, v in old["nodes"].items() if proc_state(_pid(v)) != "gone"]
-                alive += [n for n, v in old["proxies"].items() if proc_state(_pid(v)) != "gone"]
+                alive = [n for kind in ("nodes", "proxies") for n, v in old[kind].items()
+                         if self._children.state(_pid(v)) != "gone"]
                 if alive:
                     raise BackendError(
                         f"a cluster is already up in {self._dir()} ({', '.join(alive)} "
@@ -146,11 +147,12 @@ class LocalBackend(ClusterDir):
                "--target", p["target"], "--state-file", state_file]
         if p["cut"]:
             cmd.append("--cut")
-        proc = spawn(cmd, log_path=self._path("proxies", f"{name}.log"), env=node_env())
+        proc = self._children.spawn(cmd, log_path=self._path("proxies", f"{name}.log"),
+                                    env=node_env())
         p["pid"], p["start_time"] = proc.pid, proc.start_time
         deadline = time.monotonic() + 15
         while not os.path.exists(state_file):
-            if proc_state(proc) == "gone":
+            if self._children.state(proc) == "gone":
                 raise BackendError(f"link proxy for {name} exited at start: "
                                    f"{_tail(self._path('proxies', f'{name}.log'))}")
             if time.monotonic() > deadline:
@@ -160,7 +162,8 @@ class LocalBackend(ClusterDir):
     def _spawn_node(self, state: dict[str, Any], name: str) -> None:
         n = state["nodes"][name]
         proxy = state["proxies"].get(name)
-        if proxy is not None and proxy["pid"] is not None and proc_state(_pid(proxy)) == "gone":
+        if (proxy is not None and proxy["pid"] is not None
+                and self._children.state(_pid(proxy)) == "gone"):
             self._start_proxy(state, name)  # someone ended it: the link comes back as it was
         self._power_cut(state, name)  # it died since (a crash failpoint), or was killed
         ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
@@ -178,8 +181,8 @@ class LocalBackend(ClusterDir):
         with open(append_no_link(log_path), "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
                     f"(start {n['starts'] + 1})\n".encode())
-        proc = spawn([self.python, "-m", "cluster.cli", "node", *args], log_path=log_path,
-                     env=node_env())
+        proc = self._children.spawn([self.python, "-m", "cluster.cli", "node", *args],
+                                    log_path=log_path, env=node_env())
         n["pid"], n["start_time"] = proc.pid, proc.start_time
         n["starts"] += 1
         n["paused"] = False
@@ -191,13 +194,13 @@ class LocalBackend(ClusterDir):
         self._wait_serving(
             name, n["address"], deadline, see=log_path,
             exit_output=lambda: (f"its log says: {_tail(log_path)}"
-                                 if proc_state(proc) == "gone" else None))
+                                 if self._children.state(proc) == "gone" else None))
 
     # --------------------------------------------------------------- query
     def _info(self, state: dict[str, Any], name: str) -> NodeInfo:
         n = state["nodes"][name]
         ns = spec_from_dict(n["spec"])
-        ps = proc_state(_pid(n))
+        ps = self._children.state(_pid(n))
         node_state = {"running": NodeState.RUNNING, "paused": NodeState.PAUSED}.get(
             ps, NodeState.STOPPED)
         extra: dict[str, Any] = {"port": n["port"], "starts": n["starts"],
@@ -224,8 +227,8 @@ class LocalBackend(ClusterDir):
         with self._locked():
             state = self._load()
             proc = self._running(state, name, "kill")
-            send_signal(proc, signal.SIGKILL)
-            if not wait_state(proc, {"gone"}, 10):
+            self._children.signal(proc, signal.SIGKILL)
+            if not self._children.wait_state(proc, {"gone"}, 10):
                 raise BackendError(f"node {name} (pid {proc.pid}) did not die after SIGKILL")
             self._power_cut(state, name)
 
@@ -236,11 +239,11 @@ class LocalBackend(ClusterDir):
             self._stop_proc(name, proc)
 
     def _stop_proc(self, name: str, proc: ProcId | None) -> None:
-        send_signal(proc, signal.SIGTERM)
-        send_signal(proc, signal.SIGCONT)  # a paused node must run to shut down
-        if not wait_state(proc, {"gone"}, STOP_TIMEOUT_S):
-            send_signal(proc, signal.SIGKILL)
-            wait_state(proc, {"gone"}, 10)
+        self._children.signal(proc, signal.SIGTERM)
+        self._children.signal(proc, signal.SIGCONT)  # a paused node must run to shut down
+        if not self._children.wait_state(proc, {"gone"}, STOP_TIMEOUT_S):
+            self._children.signal(proc, signal.SIGKILL)
+            self._children.wait_state(proc, {"gone"}, 10)
             raise BackendError(f"node {name} did not shut down within {STOP_TIMEOUT_S:g} s "
                                "of SIGTERM and was killed")
 
@@ -248,7 +251,7 @@ class LocalBackend(ClusterDir):
         with self._locked():
             state = self._load()
             check_name(state, name)
-            if proc_state(_pid(state["nodes"][name])) != "gone":
+            if self._children.state(_pid(state["nodes"][name])) != "gone":
                 raise BackendError(f"node {name} is already running; stop or kill it first")
             self._spawn_node(state, name)
             self._save(state)
@@ -260,7 +263,7 @@ class LocalBackend(ClusterDir):
             state = self._load()
             check_name(state, name)
             proc = _pid(state["nodes"][name])
-            if proc_state(proc) != "gone":
+            if self._children.state(proc) != "gone":
                 self._stop_proc(name, proc)
             self._spawn_node(state, name)
             self._save(state)
@@ -271,8 +274,8 @@ class LocalBackend(ClusterDir):
         with self._locked():
             state = self._load()
             proc = self._running(state, name, "pause")
-            send_signal(proc, signal.SIGSTOP)
-            if not wait_state(proc, {"paused", "gone"}, 10):
+            self._children.signal(proc, signal.SIGSTOP)
+            if not self._children.wait_state(proc, {"paused", "gone"}, 10):
                 raise BackendError(f"node {name} did not stop after SIGSTOP")
 
     def resume(self, name: str) -> None:
@@ -280,10 +283,10 @@ class LocalBackend(ClusterDir):
             state = self._load()
             check_name(state, name)
             proc = _pid(state["nodes"][name])
-            if proc_state(proc) == "gone":
+            if self._children.state(proc) == "gone":
                 raise BackendError(f"node {name} is not running; use start")
-            send_signal(proc, signal.SIGCONT)
-            if not wait_state(proc, {"running", "gone"}, 10):
+            self._children.signal(proc, signal.SIGCONT)
+            if not self._children.wait_state(proc, {"running", "gone"}, 10):
                 raise BackendError(f"node {name} did not continue after SIGCONT")
 
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
@@ -307,7 +310,7 @@ class LocalBackend(ClusterDir):
             slave = self._link(state, a, b)
             p = state["proxies"][slave]
             proc = _pid(p)
-            if not send_signal(proc, signal.SIGUSR1 if cut else signal.SIGUSR2):
+            if not self._children.signal(proc, signal.SIGUSR1 if cut else signal.SIGUSR2):
                 raise BackendError(f"the link proxy of {slave} is not running; "
                                    "restart the cluster (down, up)")
             state_file = self._path("proxies", f"{slave}.json")
@@ -330,7 +333,7 @@ class LocalBackend(ClusterDir):
         errors = []
         for name, n in reversed(list(state["nodes"].items())):
             proc = _pid(n)
-            if proc_state(proc) != "gone":
+            if self._children.state(proc) != "gone":
                 try:
                     self._stop_proc(name, proc)
                 except BackendError as exc:
@@ -338,9 +341,9 @@ class LocalBackend(ClusterDir):
             self._power_cut(state, name)  # one that had died, or would not stop
         for p in state["proxies"].values():
             proc = _pid(p)
-            send_signal(proc, signal.SIGTERM)
-            if not wait_state(proc, {"gone"}, 10):
-                send_signal(proc, signal.SIGKILL)
+            self._children.signal(proc, signal.SIGTERM)
+            if not self._children.wait_state(proc, {"gone"}, 10):
+                self._children.signal(proc, signal.SIGKILL)
         for name in state["proxies"]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path("proxies", f"{name}.json"))
@@ -354,7 +357,7 @@ class LocalBackend(ClusterDir):
     def _running(self, state: dict[str, Any], name: str, what: str) -> ProcId:
         check_name(state, name)
         proc = _pid(state["nodes"][name])
-        if proc_state(proc) == "gone":
+        if self._children.state(proc) == "gone":
             raise BackendError(f"cannot {what} {name}: it is not running "
                                f"(start it with `dlab cluster start {name}`)")
         assert proc is not None

@@ -1,6 +1,10 @@
 """Process handling for the local backend: start detached, identify a
 process across CLI invocations (pid + start time, so a reused pid is never
-mistaken for our node), signal, and wait for a state."""
+mistaken for our node), signal, and wait for a state.
+
+The processes one backend started are its ChildProcesses (it reaps them
+once they exit, so none lingers as a zombie); a process another CLI
+invocation started is known by its ProcId alone, read from /proc."""
 
 from __future__ import annotations
 
@@ -13,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.backends.dir_files import append_no_link
-
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,6 @@ def proc_state(proc: ProcId | None) -> str:
     the pid now belongs to another process)."""
     if proc is None:
         return "gone"
-    _reap(proc.pid)
     st = _stat(proc.pid)
     if st is None or st[1] != proc.start_time or st[0] in ("Z", "X"):
         return "gone"
@@ -63,53 +64,57 @@ def proc_state(proc: ProcId | None) -> str:
     return "running"
 
 
-def spawn(cmd: Sequence[str], *, log_path: str, env: dict[str, str] | None = None) -> ProcId:
-    """Start cmd detached from this process (own session, stdin closed,
-    stdout+stderr appended to log_path), so it outlives the CLI call."""
-    with open(append_no_link(log_path), "ab") as log:
-        p = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    _CHILDREN[p.pid] = p
-    for _ in range(100):
-        st = _stat(p.pid)
-        if st is not None:
-            return ProcId(p.pid, st[1])
-        time.sleep(0.001)
-    return ProcId(p.pid, -1)
+class ChildProcesses:
+    """The processes one owner (a backend, a benchmark) started: spawned
+    detached, signalled and waited for by ProcId, and reaped as soon as
+    they are seen to have exited."""
 
+    def __init__(self) -> None:
+        self._popen: dict[int, subprocess.Popen[bytes]] = {}
 
-def _reap(pid: int) -> None:
-    p = _CHILDREN.get(pid)
-    if p is not None and p.poll() is not None:
-        del _CHILDREN[pid]
+    def spawn(self, cmd: Sequence[str], *, log_path: str,
+              env: dict[str, str] | None = None) -> ProcId:
+        """Start cmd detached from this process (own session, stdin closed,
+        stdout+stderr appended to log_path), so it outlives the CLI call."""
+        with open(append_no_link(log_path), "ab") as log:
+            p = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        self._popen[p.pid] = p
+        for _ in range(100):
+            st = _stat(p.pid)
+            if st is not None:
+                return ProcId(p.pid, st[1])
+            time.sleep(0.001)
+        return ProcId(p.pid, -1)
 
+    def state(self, proc: ProcId | None) -> str:
+        """proc_state, reaping the process first if it is ours and exited."""
+        if proc is not None:
+            p = self._popen.get(proc.pid)
+            if p is not None and p.poll() is not None:
+                del self._popen[proc.pid]
+        return proc_state(proc)
 
-def send_signal(proc: ProcId | None, sig: signal.Signals) -> bool:
-    """Signal the process if it is still ours; False when it is gone."""
-    if proc is None or proc_state(proc) == "gone":
-        return False
-    try:
-        os.kill(proc.pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_state(proc: ProcId | None, want: set[str], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    delay = 0.002
-    while True:
-        if proc_state(proc) in want:
-            return True
-        if time.monotonic() >= deadline:
+    def signal(self, proc: ProcId | None, sig: signal.Signals) -> bool:
+        """Signal the process if it is still there; False when it is gone."""
+        if proc is None or self.state(proc) == "gone":
             return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
 
-
-def exit_code(proc: ProcId) -> int | None:
-    p = _CHILDREN.get(proc.pid)
-    return p.returncode if p is not None else None
+    def wait_state(self, proc: ProcId | None, want: set[str], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        delay = 0.002
+        while True:
+            if self.state(proc) in want:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

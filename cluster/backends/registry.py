@@ -9,6 +9,7 @@ import json
 import os
 
 from cluster.backends.compose import ComposeBackend
+from cluster.backends.image import CheckedImages
 from cluster.backends.interface import BackendError, ClusterBackend
 from cluster.backends.local import LocalBackend
 from cluster.backends.state_dir import STATE_FILE
@@ -16,12 +17,14 @@ from cluster.backends.state_dir import STATE_FILE
 BACKEND_NAMES = ("local", "compose")
 
 
-def open_backend(name: str, directory: str) -> ClusterBackend:
-    """The backend called `name` for the cluster in `directory`."""
+def open_backend(name: str, directory: str, *,
+                 images: CheckedImages | None = None) -> ClusterBackend:
+    """The backend called `name` for the cluster in `directory`; `images`:
+    the node images its caller has already brought up to date (compose)."""
     if name == "local":
         return LocalBackend(directory)
     if name == "compose":
-        return ComposeBackend(directory)
+        return ComposeBackend(directory, images=images)
     raise BackendError(f"unknown backend {name!r}; use one of {', '.join(BACKEND_NAMES)}")
 
 

@@ -55,14 +55,7 @@ import grpc
 
 from cluster.backends.interface import ClusterSpec, NodeSpec
 from cluster.backends.local import LocalBackend, node_env
-from cluster.backends.procs import (
-    cpu_seconds,
-    free_ports,
-    proc_state,
-    send_signal,
-    spawn,
-    wait_state,
-)
+from cluster.backends.procs import ChildProcesses, cpu_seconds, free_ports
 from cluster.client.node_client import (
     FAST_RECONNECT,
     AsyncNodeClient,
@@ -235,7 +228,7 @@ def _baseline_write_fsync(commitlog: str, total: int, chunk: int, out: str
     return fresh, recycled, (data, paths)
 
 
-def _watch_catch_up(client: NodeClient, slave_proc: Any,
+def _watch_catch_up(client: NodeClient, slave_gone: Callable[[], bool],
                     nodes_cpu: Callable[[], tuple[float, float]], total: int,
                     ) -> tuple[tuple[float, tuple[float, float], int],
                                tuple[float, tuple[float, float]]]:
@@ -247,7 +240,7 @@ def _watch_catch_up(client: NodeClient, slave_proc: Any,
         try:
             st = client.status()
         except NodeCallError:
-            if proc_state(slave_proc) == "gone":
+            if slave_gone():
                 raise RuntimeError("the slave exited; see its log") from None
             time.sleep(0.005)
             continue
@@ -329,6 +322,7 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
                            master=NodeSpec(name="master", role=Role.ASYNC_MASTER, **common)),
                token=token, timeout_s=120)
     slave_proc = None
+    children = ChildProcesses()  # the slave this benchmark starts itself
     try:
         (port,) = free_ports(1)
         slave_addr = f"127.0.0.1:{port}"
@@ -336,8 +330,9 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
             data_dir=os.path.join(work, "slave", "data"), listen=slave_addr,
             master=backend.node("master").address, token_file=os.path.join(cluster_dir, "token"))
         os.makedirs(os.path.join(work, "slave"), exist_ok=True)
-        slave_proc = spawn([sys.executable, "-m", "cluster.cli", "node", *args],
-                           log_path=os.path.join(work, "slave", "node.log"), env=node_env())
+        slave_proc = children.spawn([sys.executable, "-m", "cluster.cli", "node", *args],
+                                    log_path=os.path.join(work, "slave", "node.log"),
+                                    env=node_env())
         master_pid = backend.node("master").pid
         assert master_pid is not None
 
@@ -348,7 +343,7 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
         with NodeClient(slave_addr, token=token, timeout_s=5,
                         channel_options=FAST_RECONNECT) as client:
             (t0, cpu0, start_bytes), (t1, cpu1) = _watch_catch_up(
-                client, slave_proc, nodes_cpu, total)
+                client, lambda: children.state(slave_proc) == "gone", nodes_cpu, total)
         caught = total - start_bytes
         if t1 <= t0 or caught < total // 2:
             raise RuntimeError("catch-up finished before it could be timed; use a larger "
@@ -356,8 +351,8 @@ def bench_catch_up(size_mib: int, body_size: int, work: str, *, batch_bytes: int
         catch_s = t1 - t0
     finally:
         if slave_proc is not None:
-            send_signal(slave_proc, signal.SIGTERM)
-            wait_state(slave_proc, {"gone"}, 30)
+            children.signal(slave_proc, signal.SIGTERM)
+            children.wait_state(slave_proc, {"gone"}, 30)
         backend.down()
         held[0].clear()  # the baseline's bytes and files, held through the catch-up
         for path in held[1]:

@@ -1,5 +1,7 @@
-"""One node: a store, the broker service, and HA (master or slave side), in
-one asyncio process with a grpc.aio server.
+"""One node: a store, HA (master or slave side) and the broker service
+(cluster/node/broker_service.py), in one asyncio process with a grpc.aio
+server; this module is the node's lifecycle: start, stop, and the calls
+the servicers make.
 
 The store must only be touched from the event loop thread (its flusher and
 group commit hand results back to the loop), so everything here is
@@ -7,18 +9,13 @@ coroutines and callbacks on one loop.
 
 Put path (masters). The node checks a put (role, shutdown), then hands it
 to the store's put path (store/put_path.py: sends arriving in one loop tick
-are appended together, one CommitLog append), which calls back
-Node._answer_when_kept: one wake-up of the HA shippers, then the flush wait
-(store.wait_flushed: group commit under SYNC_FLUSH, nothing under
-ASYNC_FLUSH) and, on a SYNC_MASTER, the replica wait run in parallel, and
-each message gets the worse of its two outcomes (store.status.worse):
-- SLAVE_NOT_AVAILABLE at once when no slave is connected or the best slave
-  is more than ha_max_gap_not_in_sync behind the message's end;
-- otherwise PUT_OK when some slave's acked offset covers the message's end
-  within slave_timeout_ms, else FLUSH_SLAVE_TIMEOUT.
-A batch waits for its last message's end; a message whose own end was
-flushed / acked when the wait ended is PUT_OK even if the batch's was not.
-An ASYNC_MASTER never waits for a slave; a SLAVE refuses every put.
+are appended together, one CommitLog append), which answers each batch
+with the node's PutAnswer (cluster/node/put_answer.py), given to the store
+when it is opened: the flush wait and, on a SYNC_MASTER, the replica wait
+run in parallel, and ha/sync_master.py decides each put's status from
+their outcomes (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT,
+FLUSH_DISK_TIMEOUT, PUT_OK; its docstring has the rules). An ASYNC_MASTER
+never waits for a slave; a SLAVE refuses every put.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -39,31 +36,31 @@ from grpc_reflection.v1alpha import reflection
 
 from cluster.node import consume_service
 from cluster.node.auth import TokenInterceptor
+from cluster.node.broker_service import BrokerServicer
 from cluster.node.guards import MalformedRequestInterceptor
+from cluster.node.put_answer import PutAnswer
 from cluster.node.repair import grpc_repair_source
 from cluster.node.role import Role
 from cluster.node.send_stream import End, SendSession
-from cluster.node.wire import message_from_pb, peer_host, result_to_pb
+from cluster.node.wire import peer_host
 from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
-from ha.transport.streams import InProcessNetwork
+from ha.sync_master import SyncMasterRules
+from ha.transport.streams import HAConnector, InProcessNetwork
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2
 from store.config import ConfigError, CorruptionPolicy, StoreConfig
 from store.failpoints import Failpoints
 from store.log.record import CorruptRecordError, Message
-from store.put_path import PutBatch
-from store.put_path import flush_status as store_flush_status
 from store.seams.clock import Clock, LoopClock, SystemClock
 from store.seams.disk import Disk
 from store.seams.flush_executor import FlushExecutor
-from store.status import PutResult, PutStatus, worse
+from store.status import PutResult, PutStatus
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.node")
 
-_R = TypeVar("_R")
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 MAX_READ_BYTES = 16 * 1024 * 1024
@@ -151,9 +148,33 @@ class Node:
         self._send_sessions: set[SendSession] = set()
         self._offset_sync: asyncio.Task[None] | None = None
         self._offset_sync_state: consume_service.OffsetSyncState | None = None
+        # The store's put path answers with this (given when the store opens).
+        self._answer = PutAnswer(self, SyncMasterRules.of(
+            config.ha, sync_master=config.role == Role.SYNC_MASTER))
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Open (recover) the store, then serve: over gRPC, or over the
+        in-memory network when the node was given one."""
+        store_cfg = self._open_store()
+        assert self.store is not None
+        await self.store.start()
+        if self.network is not None:
+            self._start_in_memory(self.network)
+            return
+        await self._serve_grpc()
+        cfg = self.config
+        log.info("node %s (%s, %s, crash model %s) serving on %s:%d, wrote=%d flushed=%d",
+                 cfg.name, self.role.value, store_cfg.flush_mode.value,
+                 store_cfg.crash_model.value, cfg.listen.rpartition(":")[0], self.port,
+                 self.store.log.wrote, self.store.log.flushed)
+        if store_cfg.emulate:
+            log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
+                        ", ".join(sorted(store_cfg.emulate)))
+
+    def _open_store(self) -> StoreConfig:
+        """Open and recover the store, its put path answering with the
+        node's PutAnswer; returns the store's configuration as opened."""
         cfg = self.config
         host, _, port = cfg.listen.rpartition(":")
         # A slave's log is read back only when something fails over to it:
@@ -167,13 +188,17 @@ class Node:
                   else None)
         self.store = MessageStore.open(cfg.data_dir, store_cfg, clock=self.clock,
                                        failpoints=self.failpoints, repair_source=source,
-                                       executor=self.executor, disk=self.disk)
+                                       executor=self.executor, disk=self.disk,
+                                       answer=self._answer)
         log.info("store %s recovered: %s", cfg.data_dir, self.store.recovery.summary)
-        self.store.puts.answer = self._answer_when_kept
-        await self.store.start()
-        if self.network is not None:
-            self._start_in_memory(self.network)
-            return
+        return store_cfg
+
+    async def _serve_grpc(self) -> None:
+        """The Broker, HA (masters), health and reflection services on one
+        grpc.aio server; a slave then connects to its master."""
+        cfg = self.config
+        store = self.store
+        assert store is not None
         self.server = grpc.aio.server(
             interceptors=[TokenInterceptor(cfg.token), MalformedRequestInterceptor()],
             # No SO_REUSEPORT: a second node on the same port must fail to
@@ -183,7 +208,7 @@ class Node:
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
         services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
         if self.role != Role.SLAVE:
-            self.ha_master = HAMaster(self.store, cfg.ha, clock=self.clock,
+            self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
             add_ha_to_server(self.ha_master, self.server)  # pre-encoded ranges
             services.append(HA_SERVICE)
@@ -198,25 +223,9 @@ class Node:
                                  "address is not local; choose another --listen")
         await self.server.start()
         if self.role == Role.SLAVE:
-            assert cfg.master is not None
-            self.ha_slave = HASlave(self.store, name=cfg.name, master_address=cfg.master,
-                                    token=cfg.token, config=cfg.ha, clock=self.clock,
-                                    failpoints=self.failpoints)
-            self.ha_slave.start()
-            self._offset_sync_state = consume_service.OffsetSyncState()
-            self._offset_sync = asyncio.get_running_loop().create_task(
-                consume_service.sync_from_master(self.store, cfg.master, cfg.token,
-                                                 cfg.consumer_offset_sync_interval_ms / 1000,
-                                                 self._offset_sync_state))
+            self._start_slave()
         for svc in ("", BROKER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
-        log.info("node %s (%s, %s, crash model %s) serving on %s:%d, wrote=%d flushed=%d",
-                 cfg.name, self.role.value, store_cfg.flush_mode.value,
-                 store_cfg.crash_model.value, host, self.port, self.store.log.wrote,
-                 self.store.log.flushed)
-        if store_cfg.emulate:
-            log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
-                        ", ".join(sorted(store_cfg.emulate)))
 
     def _start_in_memory(self, network: InProcessNetwork) -> None:
         """HA and the broker's unary calls over `network` instead of gRPC
@@ -233,17 +242,25 @@ class Node:
             network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
         else:
             assert cfg.master is not None
-            self.ha_slave = HASlave(store, name=cfg.name, master_address=cfg.master,
-                                    token=cfg.token, config=cfg.ha, clock=self.clock,
-                                    failpoints=self.failpoints,
-                                    connector=network.connector(cfg.listen))
-            self.ha_slave.start()
-            self._offset_sync_state = consume_service.OffsetSyncState()
-            self._offset_sync = asyncio.get_running_loop().create_task(
-                consume_service.sync_from_master(
-                    store, cfg.master, cfg.token, cfg.consumer_offset_sync_interval_ms / 1000,
-                    self._offset_sync_state, stub=network.stub(cfg.listen, cfg.master),
-                    wall_ms=self.clock.wall_ms))
+            self._start_slave(connector=network.connector(cfg.listen),
+                              stub=network.stub(cfg.listen, cfg.master),
+                              wall_ms=self.clock.wall_ms)
+
+    def _start_slave(self, *, connector: HAConnector | None = None, stub: Any | None = None,
+                     wall_ms: Callable[[], int] | None = None) -> None:
+        """A slave's HA stream to its master and its copy of the master's
+        consumer offsets (over gRPC unless given a connector and stub)."""
+        cfg = self.config
+        assert self.store is not None and cfg.master is not None
+        self.ha_slave = HASlave(self.store, name=cfg.name, master_address=cfg.master,
+                                token=cfg.token, config=cfg.ha, clock=self.clock,
+                                failpoints=self.failpoints, connector=connector)
+        self.ha_slave.start()
+        self._offset_sync_state = consume_service.OffsetSyncState()
+        self._offset_sync = asyncio.get_running_loop().create_task(
+            consume_service.sync_from_master(
+                self.store, cfg.master, cfg.token, cfg.consumer_offset_sync_interval_ms / 1000,
+                self._offset_sync_state, stub=stub, wall_ms=wall_ms))
 
     async def stop(self) -> None:
         """Clean shutdown: stop accepting, finish in-flight calls, stop HA,
@@ -334,103 +351,6 @@ class Node:
         finally:
             self._send_sessions.discard(session)
 
-    def _answer_when_kept(self, batch: PutBatch, results: list[PutResult]) -> None:
-        """The store's put path answers a batch with this once it is
-        appended (store/put_path.py). Wakes the HA shippers, then answers
-        the batch's submitters as the mode promises: after the
-        flush wait and the replica wait, run in parallel (the worse status
-        wins). A submitter none of whose puts waits for a slave (refused
-        SLAVE_NOT_AVAILABLE, or failed) is answered once the flush wait is
-        over, without waiting for the others' replica wait. Callbacks all
-        the way (no task per batch: each task cost the put a loop
-        iteration)."""
-        store = self.store
-        assert store is not None
-        if self.ha_master is not None:
-            self.ha_master.notify_appended()
-        ok = [r for r in results if r.status is PutStatus.PUT_OK]
-        if not ok:
-            batch.deliver(results)
-            return
-        end = max(r.end for r in ok)
-        ha = self.ha_master if self.role == Role.SYNC_MASTER else None
-        replica_ok: dict[int, bool] = {}
-        replica: asyncio.Future[PutStatus] | None = None
-        if ha is not None:
-            for r in ok:
-                replica_ok[r.offset] = ha.slave_ok(r.end)
-            ends = [r.end for r in ok if replica_ok[r.offset]]
-            if ends:
-                # Resolved by the HA reader's callbacks: it progresses while
-                # the flush is waited for (the two run in parallel).
-                replica = ha.wait_replicated(max(ends))
-
-        def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
-            try:
-                batch.deliver(self._statuses(results, flush_status, replica_status, replica_ok))
-            except Exception as exc:
-                batch.fail(results, exc)
-
-        def flushed(flush_status: PutStatus) -> None:
-            try:
-                if replica is None:
-                    finish(flush_status, PutStatus.PUT_OK)
-                elif replica.done():
-                    finish(flush_status, replica.result())
-                else:
-                    batch.deliver(
-                        self._statuses(results, flush_status, PutStatus.PUT_OK, replica_ok),
-                        only=lambda rs: not any(replica_ok.get(r.offset) for r in rs
-                                                if r.status is PutStatus.PUT_OK))
-                    # Never cancelled today; if it were, no slave acknowledged.
-                    replica.add_done_callback(lambda f: finish(
-                        flush_status, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled()
-                        else f.result()))
-            except Exception as exc:
-                batch.fail(results, exc)
-
-        store.on_flushed(end, flushed)
-
-    def _statuses(self, results: list[PutResult], flush_status: PutStatus,
-                  replica_status: PutStatus, replica_ok: dict[int, bool]) -> list[PutResult]:
-        store = self.store
-        assert store is not None
-        ha = self.ha_master if self.role == Role.SYNC_MASTER else None
-        flushed = store.log.flushed
-        best = ha.best_acked() if ha is not None else None
-        out: list[PutResult] = []
-        for r in results:
-            if r.status is not PutStatus.PUT_OK:
-                out.append(r)
-                continue
-            fs = store_flush_status(r, flush_status, flushed)
-            rs = PutStatus.PUT_OK
-            if ha is not None:
-                if not replica_ok[r.offset]:
-                    rs = PutStatus.SLAVE_NOT_AVAILABLE
-                elif replica_status is not PutStatus.PUT_OK and not (
-                        best is not None and best >= r.end):
-                    rs = replica_status
-            status = worse(fs, rs)
-            if status is PutStatus.PUT_OK:
-                out.append(r)
-            else:
-                out.append(r._replace(status=status, detail=self._explain(status, r, best)))
-        return out
-
-    def _explain(self, status: PutStatus, r: PutResult, best: int | None) -> str:
-        cfg = self.config
-        if status is PutStatus.SLAVE_NOT_AVAILABLE:
-            if best is None:
-                return "stored on the master; no slave is connected"
-            return (f"stored on the master; the best slave is {r.end - best} bytes behind "
-                    f"(ha_max_gap_not_in_sync {cfg.ha.max_gap_not_in_sync_bytes})")
-        if status is PutStatus.FLUSH_SLAVE_TIMEOUT:
-            return (f"stored on the master; no slave acknowledged it within "
-                    f"{cfg.ha.slave_timeout_ms} ms")
-        assert self.store is not None
-        return self.store.puts.explain(status)
-
     # ---------------------------------------------------------------- status
     def status(self) -> broker_pb2.NodeStatus:
         store = self.store
@@ -490,81 +410,6 @@ class Node:
 
 class NodeStartError(RuntimeError):
     """The node cannot start; the message says why and what to do."""
-
-
-class BrokerServicer(broker_pb2_grpc.BrokerServicer):
-    """Convert, call the node, map errors to status codes."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    async def Send(self, request: broker_pb2.SendRequest, context: grpc.aio.ServicerContext
-                   ) -> broker_pb2.SendResult:
-        msg = message_from_pb(request.message, peer_host(context.peer()))
-        (result,) = await self.node.put_many([msg])
-        return result_to_pb(result)
-
-    async def SendStream(self, request_iterator: Any, context: grpc.aio.ServicerContext
-                         ) -> None:
-        # Requests are read with context.read() (the session's reader task).
-        end = await self.node.serve_send_stream(context)
-        if end is not None:
-            await context.abort(*end)
-
-    async def SendBatch(self, request: broker_pb2.SendBatchRequest,
-                        context: grpc.aio.ServicerContext) -> broker_pb2.SendBatchResponse:
-        born = peer_host(context.peer())
-        results = await self.node.put_many([message_from_pb(m, born) for m in request.messages])
-        return broker_pb2.SendBatchResponse(results=[result_to_pb(r) for r in results])
-
-    async def Read(self, request: broker_pb2.ReadRequest, context: grpc.aio.ServicerContext
-                   ) -> broker_pb2.ReadResponse:
-        try:
-            return self.node.read(request.offset, request.max_bytes)
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
-            raise  # abort raises; this line is for type checkers
-
-    async def Status(self, request: broker_pb2.StatusRequest, context: grpc.aio.ServicerContext
-                     ) -> broker_pb2.NodeStatus:
-        return self.node.status()
-
-    # The consume side: convert, call, map a bad request to INVALID_ARGUMENT.
-    async def Pull(self, request: broker_pb2.PullRequest, context: grpc.aio.ServicerContext
-                   ) -> broker_pb2.PullResponse:
-        return await self._consume(context, lambda s: consume_service.pull(
-            s, request, self.node.role.value))
-
-    async def QueueInfo(self, request: broker_pb2.QueueInfoRequest,
-                        context: grpc.aio.ServicerContext) -> broker_pb2.QueueInfoResponse:
-        return await self._consume(context, lambda s: consume_service.queue_info(s, request))
-
-    async def CommitOffset(self, request: broker_pb2.CommitOffsetRequest,
-                           context: grpc.aio.ServicerContext) -> broker_pb2.CommitOffsetResponse:
-        def commit(s: MessageStore) -> broker_pb2.CommitOffsetResponse:
-            consume_service.commit_offset(s, request)
-            return broker_pb2.CommitOffsetResponse()
-        return await self._consume(context, commit)
-
-    async def QueryOffset(self, request: broker_pb2.QueryOffsetRequest,
-                          context: grpc.aio.ServicerContext) -> broker_pb2.QueryOffsetResponse:
-        return await self._consume(context, lambda s: consume_service.query_offset(s, request))
-
-    async def GetConsumerOffsets(self, request: broker_pb2.ConsumerOffsetsRequest,
-                                 context: grpc.aio.ServicerContext
-                                 ) -> broker_pb2.ConsumerOffsetsResponse:
-        return await self._consume(context, lambda s: broker_pb2.ConsumerOffsetsResponse(
-            table_json=consume_service.table_json(s)))
-
-    async def _consume(self, context: grpc.aio.ServicerContext,
-                       call: Callable[[MessageStore], _R]) -> _R:
-        store = self.node.store
-        assert store is not None
-        try:
-            return call(store)
-        except consume_service.BadConsumeRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise  # abort raises; this line is for type checkers
 
 
 async def serve(config: NodeConfig) -> int:

@@ -13,7 +13,7 @@ from cluster.node.server import Node, NodeConfig
 from ha.transport.memory import MemoryNetwork
 from store.config import FlushMode, StoreConfig
 from store.log.record import Message
-from store.put_path import MAX_BATCH_MESSAGES, PutPath
+from store.put_path import MAX_BATCH_MESSAGES, Answer, PutBatch, PutPath
 from store.sim import loop as sim_loop
 from store.sim.inline_executor import InlineFlushExecutor
 from store.sim.loop import VirtualTimeLoop
@@ -93,7 +93,8 @@ class _Log:
         self.failed: str | None = None
 
 
-def _path(log: _Log, flush_status: PutStatus, size: int = 100) -> tuple[PutPath, list[int]]:
+def _path(log: _Log, flush_status: PutStatus, size: int = 100,
+          answer: Answer | None = None) -> tuple[PutPath, list[int]]:
     appended: list[int] = []
 
     def append(messages: Sequence[Message]) -> list[PutResult]:
@@ -108,7 +109,8 @@ def _path(log: _Log, flush_status: PutStatus, size: int = 100) -> tuple[PutPath,
         done(flush_status)
 
     config = StoreConfig(sync_flush_timeout_ms=250)
-    return PutPath(log, config, append, on_flushed), appended  # type: ignore[arg-type]
+    return (PutPath(log, config, append, on_flushed, answer=answer),  # type: ignore[arg-type]
+            appended)
 
 
 def test_a_full_batch_is_appended_at_once_but_answered_from_the_loop() -> None:
@@ -143,12 +145,10 @@ def test_a_put_whose_own_end_was_flushed_is_ok_when_its_batch_timed_out() -> Non
 
 def test_a_bug_in_the_answer_answers_every_put_unknown_error() -> None:
     async def main() -> tuple[list[PutResult], int]:
-        path, _ = _path(_Log(), PutStatus.PUT_OK)
-
         def broken(batch: Any, results: list[PutResult]) -> None:
             raise RuntimeError("a bug")
 
-        path.answer = broken
+        path, _ = _path(_Log(), PutStatus.PUT_OK, answer=broken)
         fut: asyncio.Future[list[PutResult]] = asyncio.get_running_loop().create_future()
         path.submit([_msg(0), _msg(1)], fut.set_result)
         results = await fut
@@ -157,3 +157,28 @@ def test_a_bug_in_the_answer_answers_every_put_unknown_error() -> None:
     results, unanswered = asyncio.run(main())
     assert [(r.status, r.detail) for r in results] == [(PutStatus.UNKNOWN_ERROR, "a bug")] * 2
     assert unanswered == 0
+
+
+def test_the_answer_given_when_the_store_opens_answers_its_puts(tmp_path: Any) -> None:
+    """A node's answer is given to the put path when the store is built
+    (MessageStore.open(answer=...)), not swapped in afterwards: every batch
+    the store appends is answered by it, with the batch's results."""
+    answered: list[list[str]] = []
+
+    def tagging(batch: PutBatch, results: list[PutResult]) -> None:
+        answered.append([r.msg_id or "" for r in results])
+        batch.deliver([r._replace(detail="answered by the node") for r in results])
+
+    async def main() -> list[PutResult]:
+        store = MessageStore.open(str(tmp_path / "store"), STORE,
+                                  executor=InlineFlushExecutor(), answer=tagging)
+        await store.start()
+        try:
+            return list(await asyncio.gather(*(store.put(_msg(i)) for i in range(3))))
+        finally:
+            await store.close()
+
+    results = sim_loop.run(lambda loop: main())
+    assert answered == [["m0", "m1", "m2"]]  # one batch: the puts of one loop tick
+    assert [(r.status, r.detail) for r in results] == [
+        (PutStatus.PUT_OK, "answered by the node")] * 3
