@@ -122,3 +122,21 @@ def test_the_contracts_hold_on_the_tree_as_it_is(tmp_path: Path) -> None:
     import above, not the copy, is what breaks it."""
     r = _lint_imports_with(tmp_path, "store.log.segments", "# nothing planted")
     assert r.returncode == 0, r.stdout[-2000:]
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """Tests live in the folder of the package they cover (tests/store/,
+    tests/ha/, ...; tests/support/ holds the shared helpers), and no test
+    module imports another: what tests share is a helper in tests/support/."""
+    tests = ROOT / "tests"
+    packages = {"store", "ha", "cluster", "chaos", "proto"}
+    misplaced = [p.relative_to(tests).as_posix() for p in tests.rglob("test_*.py")
+                 if p.parent != tests and p.relative_to(tests).parts[0] not in packages]
+    assert misplaced == []
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert top == ["test_end_to_end.py", "test_layers.py"], top
+    cross = [f"{p.relative_to(tests)}: {line.strip()}"
+             for p in tests.rglob("*.py")
+             for line in p.read_text().splitlines()
+             if line.lstrip().startswith(("from test_", "import test_"))]
+    assert cross == []

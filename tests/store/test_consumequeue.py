@@ -4,7 +4,6 @@ CommitLog it indexes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -12,57 +11,20 @@ import struct
 from pathlib import Path
 
 import pytest
+from support.consumequeue_helpers import SMALL, check_index, msgs, put_all, queue_file
+from support.crash_writer import config_for, run_writer
 from support.store_helpers import run_child
-from test_crash_recovery import config_for, run_writer
 
-from store.config import TESTING, CrashModel, FlushMode, StoreConfig
+from store.config import TESTING, CrashModel, FlushMode
 from store.consume.consumequeue import UNIT, UNIT_SIZE, tags_hash
 from store.consume.consumer_offsets import FILE_NAME
 from store.log.record import Message
 from store.status import GetMessageStatus
 from store.store import MessageStore, StoreOpenError
 
-SMALL = TESTING.with_(consume_queue_file_units=8)
-
-
-def _put_all(path: Path, config: StoreConfig, messages: list[Message]) -> None:
-    async def run() -> None:
-        s = MessageStore.open(str(path), config)
-        await s.start()
-        for m in messages:
-            r = await s.put(m)
-            assert r.status.value == "PUT_OK", r
-        await s.close()
-    asyncio.run(run())
-
-
-def _msgs(n: int, *, queues: int = 2, prefix: str = "m", tags: str | None = None) -> list[Message]:
-    props = {"TAGS": tags} if tags else {}
-    return [Message("T", f"body-{i}".encode(), {"UNIQ_KEY": f"{prefix}{i}", **props},
-                    queue_id=i % queues) for i in range(n)]
-
-
-def _check_index(store: MessageStore) -> int:
-    """Every record of the CommitLog has exactly one unit, at its
-    QUEUEOFFSET, and no unit points elsewhere. Returns the record count."""
-    per_queue: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-    n = 0
-    for rec in store.log.iter_records():
-        per_queue.setdefault((rec.topic, rec.queue_id), []).append(
-            (rec.queue_offset, rec.offset, rec.size))
-        n += 1
-    store.reput()
-    assert set(per_queue) <= set(store.queues.queues)
-    for key, q in store.queues.queues.items():
-        expect = per_queue.get(key, [])
-        assert [qo for qo, _, _ in expect] == list(range(len(expect))), f"{key}: QUEUEOFFSETs"
-        assert [(q.offsets[i], q.sizes[i]) for i in range(q.count)] == \
-            [(o, s) for _, o, s in expect], f"{key}: units differ from the records"
-    return n
-
 
 def test_units_are_rocketmq_layout_across_file_boundaries(tmp_path: Path) -> None:
-    _put_all(tmp_path, SMALL, _msgs(40, tags="TagA"))
+    put_all(tmp_path, SMALL, msgs(40, tags="TagA"))
     qdir = tmp_path / "consumequeue" / "T" / "0"
     names = sorted(p.name for p in qdir.iterdir())
     # 20 units of queue 0 in files of 8 units: three files named by byte offset.
@@ -77,17 +39,17 @@ def test_units_are_rocketmq_layout_across_file_boundaries(tmp_path: Path) -> Non
         # Java's String.hashCode, checked with jshell.
         assert tags_hash("TagA") == 2_598_919
         assert tags_hash("héllo-標籤") == 394_521_034
-        _check_index(s)
+        check_index(s)
     finally:
         s.close_sync()
 
 
 def test_queue_offsets_continue_after_a_reopen(tmp_path: Path) -> None:
-    _put_all(tmp_path, SMALL, _msgs(10))
-    _put_all(tmp_path, SMALL, _msgs(10, prefix="again"))
+    put_all(tmp_path, SMALL, msgs(10))
+    put_all(tmp_path, SMALL, msgs(10, prefix="again"))
     s = MessageStore.open(str(tmp_path), SMALL)
     try:
-        assert _check_index(s) == 20
+        assert check_index(s) == 20
         got = s.get_messages("T", 1, 0, 100)
         assert [m.record.msg_id for m in got.messages] == \
             [f"m{i}" for i in range(1, 10, 2)] + [f"again{i}" for i in range(1, 10, 2)]
@@ -109,7 +71,7 @@ def test_sigkill_then_recovery_gives_one_unit_per_recovered_record(
     assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
     s = MessageStore.open(str(tmp_path), config_for(flush, model))
     try:
-        n = _check_index(s)
+        n = check_index(s)
         assert n >= (len(run.acks) if flush is FlushMode.SYNC_FLUSH else 1)
         # Consumers see every recovered record of a queue, in order, once.
         got = s.get_messages("crash", 0, 0, 100_000)
@@ -118,7 +80,7 @@ def test_sigkill_then_recovery_gives_one_unit_per_recovered_record(
         qo_next = {k: q.count for k, q in s.queues.queues.items()}
     finally:
         s.close_sync()
-    _put_all(tmp_path, config_for(flush, model), [Message("crash", b"after", queue_id=0)])
+    put_all(tmp_path, config_for(flush, model), [Message("crash", b"after", queue_id=0)])
     s = MessageStore.open(str(tmp_path), config_for(flush, model))
     try:
         last = list(s.log.iter_records())[-1]
@@ -127,17 +89,13 @@ def test_sigkill_then_recovery_gives_one_unit_per_recovered_record(
         s.close_sync()
 
 
-def _queue_file(tmp_path: Path, topic: str = "T", qid: int = 0) -> Path:
-    return tmp_path / "consumequeue" / topic / str(qid) / f"{0:020d}"
-
-
 @pytest.mark.parametrize("damage", ["garbage", "past-end", "zeros-then-unit"])
 def test_dirty_units_are_cut_and_rebuilt_from_the_commitlog(tmp_path: Path, damage: str) -> None:
     """A planted bad unit after the good ones: recovery must drop it (and
     whatever follows) and the index must equal the CommitLog again."""
     cfg = TESTING
-    _put_all(tmp_path, cfg, _msgs(6, queues=1))
-    f = _queue_file(tmp_path)
+    put_all(tmp_path, cfg, msgs(6, queues=1))
+    f = queue_file(tmp_path)
     good = f.read_bytes()
     assert len(good) == 6 * UNIT_SIZE
     if damage == "garbage":
@@ -150,7 +108,7 @@ def test_dirty_units_are_cut_and_rebuilt_from_the_commitlog(tmp_path: Path, dama
     (tmp_path / "abort").write_text("crashed")
     s = MessageStore.open(str(tmp_path), cfg)
     try:
-        assert _check_index(s) == 6
+        assert check_index(s) == 6
         assert s.queues.get("T", 0).count == 6  # type: ignore[union-attr]
         assert any("dropped" in p for p in s.recovery.problems), s.recovery.problems
     finally:
@@ -163,17 +121,17 @@ def test_units_for_lost_records_go_and_new_ones_take_their_queue_offsets(
 ) -> None:
     """The queue files survive but the CommitLog tail does not (a power cut
     after the queues' flush): units pointing past the recovered end go."""
-    _put_all(tmp_path, TESTING, _msgs(10, queues=1))
+    put_all(tmp_path, TESTING, msgs(10, queues=1))
     s = MessageStore.open(str(tmp_path), TESTING)
     cut = list(s.log.iter_records())[6].offset
     s.truncate_to(cut)
     s.close_sync()
-    f = _queue_file(tmp_path)
+    f = queue_file(tmp_path)
     assert len(f.read_bytes()) == 6 * UNIT_SIZE
-    _put_all(tmp_path, TESTING, [Message("T", b"new", {"UNIQ_KEY": "new"})])
+    put_all(tmp_path, TESTING, [Message("T", b"new", {"UNIQ_KEY": "new"})])
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
-        assert _check_index(s) == 7
+        assert check_index(s) == 7
         assert s.get_messages("T", 0, 6).messages[0].record.msg_id == "new"
     finally:
         s.close_sync()
@@ -183,8 +141,8 @@ def test_a_crash_inside_the_queue_cut_never_brings_units_back(tmp_path: Path) ->
     """Recovery is killed (SIGKILL, a real child) between zeroing the first
     dropped unit and shortening the file; the next recovery finishes the cut
     and the dropped units stay dropped."""
-    _put_all(tmp_path, TESTING, _msgs(5, queues=1))
-    f = _queue_file(tmp_path)
+    put_all(tmp_path, TESTING, msgs(5, queues=1))
+    f = queue_file(tmp_path)
     good = f.read_bytes()
     f.write_bytes(good + UNIT.pack(10**9, 50, 0) + UNIT.pack(10**9 + 50, 50, 0))
     (tmp_path / "abort").write_text("crashed")
@@ -195,7 +153,7 @@ def test_a_crash_inside_the_queue_cut_never_brings_units_back(tmp_path: Path) ->
     assert mid[len(good):len(good) + UNIT_SIZE] == bytes(UNIT_SIZE)  # the stop mark
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
-        assert _check_index(s) == 5
+        assert check_index(s) == 5
     finally:
         s.close_sync()
     assert f.read_bytes() == good
@@ -205,7 +163,7 @@ def test_consumers_never_see_past_the_flushed_position_under_sync_flush(tmp_path
     cfg = TESTING.with_(flush_mode=FlushMode.SYNC_FLUSH)
     s = MessageStore.open(str(tmp_path), cfg)
     try:
-        s.log.append(_msgs(3, queues=1))  # appended, not flushed
+        s.log.append(msgs(3, queues=1))  # appended, not flushed
         assert s.confirmed_offset() == s.log.flushed < s.log.wrote
         got = s.get_messages("T", 0, 0)
         assert got.status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and not got.messages
@@ -220,7 +178,7 @@ def test_consumers_never_see_past_the_flushed_position_under_sync_flush(tmp_path
         s.close_sync()
     s = MessageStore.open(str(tmp_path), cfg.with_(flush_mode=FlushMode.ASYNC_FLUSH))
     try:
-        s.log.append(_msgs(2, queues=1, prefix="x"))  # ASYNC_FLUSH reads up to `wrote`
+        s.log.append(msgs(2, queues=1, prefix="x"))  # ASYNC_FLUSH reads up to `wrote`
         assert s.get_messages("T", 0, 3).status is GetMessageStatus.FOUND
     finally:
         s.close_sync()
@@ -228,7 +186,7 @@ def test_consumers_never_see_past_the_flushed_position_under_sync_flush(tmp_path
 
 def test_a_slave_fed_raw_bytes_builds_the_same_queue_files(tmp_path: Path) -> None:
     master, slave = tmp_path / "m", tmp_path / "s"
-    _put_all(master, SMALL, _msgs(30, queues=3, tags="x"))
+    put_all(master, SMALL, msgs(30, queues=3, tags="x"))
     m = MessageStore.open(str(master), SMALL)
     s = MessageStore.open(str(slave), SMALL)
     try:
@@ -242,7 +200,7 @@ def test_a_slave_fed_raw_bytes_builds_the_same_queue_files(tmp_path: Path) -> No
         m.close_sync()
         s.close_sync()
     for qid in range(3):
-        assert _queue_file(slave, qid=qid).read_bytes() == _queue_file(master, qid=qid).read_bytes()
+        assert queue_file(slave, qid=qid).read_bytes() == queue_file(master, qid=qid).read_bytes()
 
 
 # ------------------------------------------------------- consumer offsets

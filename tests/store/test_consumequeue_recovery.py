@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.consumequeue_helpers import SMALL, check_index, msgs, put_all, queue_file
+from support.crash_writer import config_for
 from support.store_helpers import run_child
-from test_consumequeue import SMALL, _check_index, _msgs, _put_all, _queue_file
-from test_crash_recovery import config_for
 
 from store import GetMessageStatus
 from store.config import TESTING, CrashModel, FlushMode
@@ -59,13 +59,13 @@ def test_logics_timestamp_is_written_by_the_queue_flush_not_the_log_flush(
     clock = ManualClock(wall_ms=1_700_000_000_000)
     s = MessageStore.open(str(tmp_path), TESTING, clock=clock)
     try:
-        s.log.append(_msgs(3, queues=1))
+        s.log.append(msgs(3, queues=1))
         s.reput()
         s._flush_queues()
         first = s.log.read_record(0).store_timestamp_ms
         assert _logics(tmp_path) == first == 1_700_000_000_000
         clock.advance(60)
-        s.log.append(_msgs(3, queues=1, prefix="later"))
+        s.log.append(msgs(3, queues=1, prefix="later"))
         s.log.flush()  # the log's flush moves physic only
         cp, _ = read_checkpoint(str(tmp_path / "checkpoint"))
         assert cp is not None and cp.physic_ms == first + 60_000
@@ -100,7 +100,7 @@ def test_after_a_crash_redispatch_starts_at_the_checkpoint_segment(tmp_path: Pat
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
         assert s.recovery.abnormal
-        assert _check_index(s) == 140
+        assert check_index(s) == 140
         q = s.queues.get("T", 0)
         assert q is not None
         a39_end = q.offsets[39] + q.sizes[39]
@@ -112,36 +112,36 @@ def test_after_a_crash_redispatch_starts_at_the_checkpoint_segment(tmp_path: Pat
 
 
 def test_a_quiet_queue_does_not_make_a_clean_open_walk_the_whole_log(tmp_path: Path) -> None:
-    msgs = [Message("quiet", b"once", queue_id=0)] + _msgs(300)
-    _put_all(tmp_path, TESTING, [Message(m.topic, bytes(500), m.properties, queue_id=m.queue_id)
-                                 for m in msgs])
+    batch = [Message("quiet", b"once", queue_id=0)] + msgs(300)
+    put_all(tmp_path, TESTING, [Message(m.topic, bytes(500), m.properties, queue_id=m.queue_id)
+                                for m in batch])
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
         assert s.log.wrote > 2 * SEG
         assert not s.recovery.abnormal
         assert s.reput_from == s.log.wrote  # nothing to re-dispatch after a clean close
-        assert _check_index(s) == 301
+        assert check_index(s) == 301
     finally:
         s.close_sync()
 
 
 def test_queue_offsets_continue_after_an_abnormal_reopen(tmp_path: Path) -> None:
     s = MessageStore.open(str(tmp_path), SMALL)
-    s.log.append(_msgs(10))
+    s.log.append(msgs(10))
     s.log.flush()  # records durable, units never flushed
     _crash(s)
     s = MessageStore.open(str(tmp_path), SMALL)
     try:
         assert s.recovery.abnormal
-        s.log.append(_msgs(4, prefix="n"))
+        s.log.append(msgs(4, prefix="n"))
         assert [r.queue_offset for r in list(s.log.iter_records())[-4:]] == [5, 5, 6, 6]
-        assert _check_index(s) == 14
+        assert check_index(s) == 14
     finally:
         s.close_sync()
 
 
 def test_a_slave_truncation_cuts_units_and_resets_logics(tmp_path: Path) -> None:
-    _put_all(tmp_path, SMALL, _msgs(20, queues=1))
+    put_all(tmp_path, SMALL, msgs(20, queues=1))
     s = MessageStore.open(str(tmp_path), SMALL)
     try:
         assert _logics(tmp_path) > 0
@@ -149,7 +149,7 @@ def test_a_slave_truncation_cuts_units_and_resets_logics(tmp_path: Path) -> None
         s.truncate_to(cut)
         assert s.queues.get("T", 0).count == 12  # type: ignore[union-attr]
         assert _logics(tmp_path) == 0  # may have named a record just cut
-        s.log.append(_msgs(1, queues=1, prefix="new"))
+        s.log.append(msgs(1, queues=1, prefix="new"))
         assert list(s.log.iter_records())[-1].queue_offset == 12
     finally:
         s.close_sync()
@@ -163,14 +163,14 @@ def test_a_unit_the_commitlog_contradicts_is_cut_and_rebuilt_at_open(tmp_path: P
     record before it: re-dispatch after a crash finds the CommitLog's
     record 5 claims that QUEUEOFFSET, cuts the unit and rebuilds it — the
     log is the truth, and the open does not fail (it used to)."""
-    _put_all(tmp_path, TESTING, _msgs(6, queues=1))
-    f = _queue_file(tmp_path)
+    put_all(tmp_path, TESTING, msgs(6, queues=1))
+    f = queue_file(tmp_path)
     raw = f.read_bytes()
     f.write_bytes(raw[:5 * UNIT_SIZE] + raw[4 * UNIT_SIZE:5 * UNIT_SIZE])
     (tmp_path / "abort").write_text("crashed")
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
-        assert _check_index(s) == 6
+        assert check_index(s) == 6
         assert any("cut to 5 units" in p for p in s.recovery.problems), s.recovery.problems
     finally:
         s.close_sync()
@@ -179,8 +179,8 @@ def test_a_unit_the_commitlog_contradicts_is_cut_and_rebuilt_at_open(tmp_path: P
 def test_unreadable_or_wrong_records_behind_units_are_offset_found_null(
     tmp_path: Path
 ) -> None:
-    _put_all(tmp_path, TESTING, _msgs(6, queues=1))
-    f = _queue_file(tmp_path)
+    put_all(tmp_path, TESTING, msgs(6, queues=1))
+    f = queue_file(tmp_path)
     raw = bytearray(f.read_bytes())
     u2, u3 = raw[2 * UNIT_SIZE:3 * UNIT_SIZE], raw[3 * UNIT_SIZE:4 * UNIT_SIZE]
     raw[2 * UNIT_SIZE:4 * UNIT_SIZE] = u3 + u2  # a clean open keeps them (RocketMQ too)
@@ -198,7 +198,7 @@ def test_unreadable_or_wrong_records_behind_units_are_offset_found_null(
     # A flipped body bit in the first segment, which normal recovery does not
     # scan (it checks the last three): the record fails its CRC on read.
     b = tmp_path / "b"
-    _put_all(b, TESTING, [Message("T", bytes(500), {"UNIQ_KEY": f"m{i}"}) for i in range(600)])
+    put_all(b, TESTING, [Message("T", bytes(500), {"UNIQ_KEY": f"m{i}"}) for i in range(600)])
     s = MessageStore.open(str(b), TESTING)
     rec = list(s.log.iter_records())[1]
     assert s.log.wrote > 4 * SEG
@@ -221,13 +221,13 @@ def test_unreadable_or_wrong_records_behind_units_are_offset_found_null(
 def test_a_dispatch_error_at_runtime_is_logged_and_shown_not_raised(tmp_path: Path) -> None:
     s = MessageStore.open(str(tmp_path), TESTING)
     try:
-        s.log.append(_msgs(3, queues=1))
+        s.log.append(msgs(3, queues=1))
         s.reput()
         q = s.queues.get("T", 0)
         assert q is not None
         q.offsets[2] += 1  # the index now disagrees with the record at QUEUEOFFSET 2
         s._reput_at = 0
-        s.log.append(_msgs(1, queues=1, prefix="x"))
+        s.log.append(msgs(1, queues=1, prefix="x"))
         got = s.get_messages("T", 0, 0, 10)  # must not raise
         assert got.max_offset == 4  # the new record was still dispatched
         state = s.state()
@@ -370,7 +370,7 @@ def test_replace_all_then_persist_round_trips(tmp_path: Path) -> None:
 def test_inspect_shows_each_queue_and_its_first_bad_unit(tmp_path: Path) -> None:
     from store.tools.cli import format_report
 
-    _put_all(tmp_path, SMALL, _msgs(20, queues=2))
+    put_all(tmp_path, SMALL, msgs(20, queues=2))
     f = tmp_path / "consumequeue" / "T" / "1" / f"{(8 * UNIT_SIZE):020d}"
     f.write_bytes(f.read_bytes() + UNIT.pack(10**9, 100, 0))  # unit 10 of queue 1
     r = inspect_store(str(tmp_path))
@@ -388,12 +388,12 @@ def test_inspect_shows_each_queue_and_its_first_bad_unit(tmp_path: Path) -> None
 
 def test_units_round_trip_across_files_of_one_unit(tmp_path: Path) -> None:
     cfg = TESTING.with_(consume_queue_file_units=1)
-    _put_all(tmp_path, cfg, _msgs(5, queues=1))
+    put_all(tmp_path, cfg, msgs(5, queues=1))
     qdir = tmp_path / "consumequeue" / "T" / "0"
     assert sorted(p.name for p in qdir.iterdir()) == [f"{i * UNIT_SIZE:020d}" for i in range(5)]
     s = MessageStore.open(str(tmp_path), cfg)
     try:
-        assert _check_index(s) == 5
+        assert check_index(s) == 5
         got = s.get_messages("T", 0, 3, 10)
         assert [m.record.msg_id for m in got.messages] == ["m3", "m4"]
         assert struct.unpack(">qiq", (qdir / f"{3 * UNIT_SIZE:020d}").read_bytes()) == \
@@ -428,7 +428,7 @@ def test_a_failpoint_kill_leaves_one_unit_per_recovered_record(
     s = MessageStore.open(str(tmp_path), cfg)
     try:
         assert s.recovery.abnormal
-        n = _check_index(s)
+        n = check_index(s)
         assert n == sum(q.count for q in s.queues.queues.values()) > 0
         assert all(q.last_end() is None or q.last_end() <= s.log.wrote  # type: ignore[operator]
                    for q in s.queues.queues.values())
