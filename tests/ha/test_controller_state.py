@@ -227,7 +227,7 @@ def test_else_the_best_live_member_by_epoch_max_offset_priority(
     c = three_in_sync()
     for preferred in (2, 1):  # two switchovers: master epochs 2 and 3 exist
         c.do(ElectMaster(preferred=preferred))
-    c.alter({1, 2, 3})
+        c.alter({1, 2, 3})
     assert c.state.master == 1 and c.state.master_epoch == 3
     kill_master_and_beat(c, survivors)
     _, elected = c.do(Tick())
@@ -500,7 +500,7 @@ def drive(run: list[tuple[Request, int]], config: ControllerConfig) -> list[tupl
     return trace
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(runs, st.booleans())
 def test_invariants_hold_and_epochs_never_go_down(run: list[tuple[Request, int]],
                                                   unclean: bool) -> None:
@@ -512,7 +512,7 @@ def test_invariants_hold_and_epochs_never_go_down(run: list[tuple[Request, int]]
         assert new.sync_state_set_epoch >= old.sync_state_set_epoch
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(runs, st.booleans())
 def test_never_two_masters_in_the_same_epoch(run: list[tuple[Request, int]],
                                              unclean: bool) -> None:
@@ -526,7 +526,7 @@ def test_never_two_masters_in_the_same_epoch(run: list[tuple[Request, int]],
                 assert d.master_epoch == new.master_epoch and d.master == new.master
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(runs)
 def test_a_set_change_with_a_stale_epoch_never_applies(run: list[tuple[Request, int]]) -> None:
     """Random request sequences: a SyncStateSet change whose master epoch or
