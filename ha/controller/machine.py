@@ -98,13 +98,11 @@ def _heartbeat(state: ControllerState, request: Heartbeat, now_ms: int) -> Step:
     if member is None:
         return _refuse(state, request, Refusal.NOT_REGISTERED,
                        f"broker {request.broker_id} is not registered: register first")
-    numbers = (request.epoch, request.max_offset, request.confirmed_offset)
-    if min(numbers) < 0 or request.confirmed_offset > request.max_offset:
+    if min(request.epoch, request.max_offset, request.confirmed_offset) < 0:
         return _refuse(state, request, Refusal.BAD_REQUEST,
                        f"broker {request.broker_id} reported epoch {request.epoch}, "
                        f"max offset {request.max_offset}, confirmed offset "
-                       f"{request.confirmed_offset}: none may be negative and the "
-                       "confirmed offset may not pass the max offset")
+                       f"{request.confirmed_offset}: none may be negative")
     if request.epoch > state.master_epoch:
         return _refuse(state, request, Refusal.BAD_REQUEST,
                        f"broker {request.broker_id} reports epoch {request.epoch}, above "

@@ -14,7 +14,7 @@ controller process's clock, so it means nothing to another process; RocketMQ
 keeps it outside the replicated state too (its heartbeat manager).
 
 Invariants (`problems` lists the ones broken; `machine.step` asserts none):
-    ids and names unique; next_id > every id; ids >= 1
+    ids and names unique, names not empty; next_id > every id; ids >= 1
     master is None or master in sync_state_set
     sync_state_set is a subset of the members
     master_epoch == 0  =>  no master and an empty sync_state_set (never elected)
@@ -99,6 +99,10 @@ def problems(state: ControllerState) -> list[str]:
         out.append(f"broker names repeat: {sorted(names)}")
     if any(i < FIRST_BROKER_ID for i in ids):
         out.append(f"broker ids start at {FIRST_BROKER_ID}: {sorted(ids)}")
+    if any(not n for n in names):
+        out.append("a broker name is empty")
+    if state.next_id < FIRST_BROKER_ID:
+        out.append(f"next id {state.next_id} is below the first id {FIRST_BROKER_ID}")
     if ids and state.next_id <= max(ids):
         out.append(f"next id {state.next_id} is not above every id {sorted(ids)}")
     if state.master_epoch < 0 or state.sync_state_set_epoch < 0:

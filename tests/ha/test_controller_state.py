@@ -439,7 +439,9 @@ def test_the_json_form_round_trips_without_heartbeats() -> None:
     (lambda d: d.update(master=2, sync_state_set=[1]), "not in the SyncStateSet"),
     (lambda d: d.update(master_epoch="3"), "'master_epoch' must be a whole number"),
     (lambda d: d.update(members=[{"name": "n1"}]), "'broker_id' must be a whole number"),
-])
+    (lambda d: d.update(members=[], master=None, master_epoch=0, sync_state_set=[],
+                        next_id=0), "next id 0 is below the first id 1"),
+], ids=["version", "format", "master-outside-set", "epoch-type", "member-id", "next-id"])
 def test_a_bad_persisted_state_is_refused_with_the_reason(edit: object, words: str) -> None:
     doc = json.loads(to_json(three_in_sync().state))
     edit(doc)  # type: ignore[operator]
@@ -549,3 +551,30 @@ def test_the_json_form_round_trips_every_reachable_state(run: list[tuple[Request
         restored = from_json(to_json(new))
         assert restored == replace(new, members=tuple(replace(m, live=None)
                                                       for m in new.members))
+
+
+json_values = st.none() | st.booleans() | st.integers(-2, 9) | st.text(max_size=3) | st.lists(
+    st.integers(-1, 9), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["members", "next_id", "master", "master_epoch",
+                                        "sync_state_set", "sync_state_set_epoch"]),
+                       json_values | st.lists(st.fixed_dictionaries(
+                           {"name": st.text(max_size=2), "broker_id": st.integers(-1, 9)}),
+                           max_size=3)),
+       st.data())
+def test_a_persisted_state_reads_back_consistent_or_raises_controller_state_error(
+        edits: dict[str, object], data: st.DataObject) -> None:
+    """Persisted form, untrusted: it reads back as a state that keeps every
+    invariant (so a controller can step from it), or raises
+    ControllerStateError — nothing else."""
+    doc = json.loads(to_json(three_in_sync().state))
+    doc.update(edits)
+    try:
+        state = from_json(json.dumps(doc))
+    except ControllerStateError:
+        return
+    assert problems(state) == []
+    request = data.draw(requests)
+    step(state, request, now_ms=0, config=UNCLEAN)
