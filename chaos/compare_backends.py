@@ -37,7 +37,7 @@ from chaos.launch import results_dir, scenario_list
 from chaos.matrix import MatrixConfig
 from chaos.progress import MatrixProgress
 from chaos.rates import rate_cell, wilson_interval
-from chaos.runner import FLUSHES, ROLES, RunConfig
+from chaos.run_config import FLUSHES, ROLES, RunConfig
 from chaos.sweep import SweepRun, run_in_order, run_sweep, sweep_context
 from store.cli_args import positive_float, positive_int
 

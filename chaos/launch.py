@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from collections.abc import Callable
 
 from chaos import scenarios
-from chaos.runner import Run, RunConfig
+from chaos.run_base import ChaosRun
+from chaos.run_config import Backend, RunConfig
 from store.cli_args import UserError
 
 
@@ -38,13 +39,15 @@ def results_dir(path: str, option: str = "--out") -> None:
         raise UserError(f"{option} {path} is not writable by this user; give another directory")
 
 
-def make_run(cfg: RunConfig, log: Any = None) -> Any:
-    """A run of `cfg` on its backend: anything with execute() -> run dir."""
-    if cfg.backend == "sim":
+def make_run(cfg: RunConfig, log: Callable[[str], None] | None = None) -> ChaosRun:
+    """A run of `cfg` on its backend (chaos/runner.py's Run on local
+    processes or compose containers, chaos/sim.py's SimRun on the sim)."""
+    if cfg.backend is Backend.SIM:
         from chaos.sim import SimRun
 
         return SimRun(cfg, log=log or (lambda s: None))
     from chaos.connect import backend_factory, sender_factory, status_of
+    from chaos.runner import Run
 
     return Run(cfg, backend_factory=backend_factory, sender_factory=sender_factory,
                status=status_of, log=log or (lambda s: None))

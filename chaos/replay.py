@@ -23,7 +23,7 @@ from typing import Any
 from chaos import scenarios
 from chaos.launch import make_run, results_dir
 from chaos.plan import plan_run
-from chaos.runner import RunConfig
+from chaos.run_config import RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.workload import WorkloadConfig
 from store.cli_args import UserError

@@ -16,7 +16,7 @@ from chaos.launch import make_run, results_dir, scenario_list
 from chaos.matrix import MatrixConfig, MatrixOutcome
 from chaos.plan import plan_run
 from chaos.progress import MatrixProgress
-from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
+from chaos.run_config import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
 from chaos.summary import fault_lines, outcome_line, run_outcome
 from chaos.sweep import run_in_order, run_sweep, sweep_context
 from chaos.workload import WorkloadConfig
