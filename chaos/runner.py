@@ -1,5 +1,7 @@
-"""One chaos run, start to finish, written as a result directory
-(chaos/schema.py).
+"""One chaos run on local processes or compose containers, start to
+finish, written as a result directory (chaos/schema.py) through the
+recorder every backend shares (chaos/recorder.py); chaos/sim.py is its
+twin on the sim, both chaos/run_base.py's RunBase.
 
 Phases:
 1. up: a master and its slaves on the chosen backend; failpoints from the
@@ -38,6 +40,7 @@ from chaos.run_base import RunBase
 from chaos.run_config import RunConfig
 from chaos.scenarios import Action, Step
 from chaos.schema import CONSUMER_NODE
+from chaos.settle import TIMED_OUT, SettleWatch
 from chaos.workload import TOPIC, Sender, Workload
 from cluster.backends.interface import (
     BackendError,
@@ -347,35 +350,23 @@ class Run(RunBase):
 
     def _settle(self, backend: ClusterBackend) -> None:
         deadline = time.monotonic() + self.cfg.settle_timeout_s
-        last: list[int | None] = []
-        last_change = time.monotonic()
+        watch = SettleWatch(len(self.slaves), time.monotonic())
+        detail = TIMED_OUT
         while time.monotonic() < deadline:
             try:
                 st = self._status(backend.node(self.master).address, self.token)
             except Exception:
                 st = {}
-            mw = st.get("wrote")
-            sw = [self._wrote(backend, s) for s in self.slaves]
-            if mw is not None and all(w is not None and w >= mw for w in sw):
-                detail = "replication settled"
-                break
             rejected = [link.get("slave") for link in st.get("slaves", [])
                         if link.get("state") == "rejected"]
-            if rejected and len(rejected) == len(self.slaves):
-                # The policy refused a slave that is ahead: it will not catch up.
-                detail = f"slave(s) {', '.join(map(str, rejected))} rejected as ahead; logs kept"
-                break
-            if sw != last:
-                last, last_change = sw, time.monotonic()
-            elif time.monotonic() - last_change > 1.0:
-                # No slave moved for a second with no load running: a
-                # diverged or refused slave will not catch up by waiting.
-                detail = (f"replication stalled: master at {mw}, slaves at {sw} "
-                          f"({'; '.join(str(x.get('detail', '')) for x in st.get('slaves', []))})")
+            links = "; ".join(str(x.get("detail", "")) for x in st.get("slaves", []))
+            verdict = watch.verdict(time.monotonic(), st.get("wrote"),
+                                    [self._wrote(backend, s) for s in self.slaves], rejected,
+                                    stall_note=links)
+            if verdict is not None:
+                detail = verdict
                 break
             time.sleep(0.1)
-        else:
-            detail = "replication did not settle in time"
         self.record.settle(now_ms(), self.master, self._wrote(backend, self.master), detail)
 
     def _write(self, backend: ClusterBackend, history: list[dict[str, Any]], started: int

@@ -61,6 +61,7 @@ from chaos.run_base import RunBase
 from chaos.run_config import RunConfig, SimDiskFaults
 from chaos.scenarios import Action, Step
 from chaos.schema import CONSUMER_NODE
+from chaos.settle import TIMED_OUT, SettleWatch
 from chaos.sim_cluster import (
     NET_DELAY_S,
     OWNER,
@@ -397,24 +398,14 @@ class SimRun(RunBase):
     async def _settle(self, cluster: SimCluster) -> None:
         loop = cluster.loop
         deadline = loop.time() + self.cfg.settle_timeout_s
-        last: list[int | None] = []
-        last_change = loop.time()
-        detail = "replication did not settle in time"
+        watch = SettleWatch(len(self.slaves), loop.time(), quiet_s=SETTLE_QUIET_S)
+        detail = TIMED_OUT
         while loop.time() < deadline:
-            mw = cluster.wrote(self.master)
-            sw = [cluster.wrote(s) for s in self.slaves]
-            if mw is not None and all(w is not None and w >= mw for w in sw):
-                detail = "replication settled"
-                break
-            rejected = cluster.rejected_slaves()
-            if rejected and len(rejected) == len(self.slaves):
-                # The policy refused a slave that is ahead: it will not catch up.
-                detail = f"slave(s) {', '.join(rejected)} rejected as ahead; logs kept"
-                break
-            if sw != last:
-                last, last_change = sw, loop.time()
-            elif loop.time() - last_change > SETTLE_QUIET_S:
-                detail = f"replication stalled: master at {mw}, slaves at {sw}"
+            verdict = watch.verdict(loop.time(), cluster.wrote(self.master),
+                                    [cluster.wrote(s) for s in self.slaves],
+                                    cluster.rejected_slaves())
+            if verdict is not None:
+                detail = verdict
                 break
             await asyncio.sleep(0.1)
         self.record.settle(cluster.clock.wall_ms(), self.master, cluster.wrote(self.master),
