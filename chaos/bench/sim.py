@@ -26,9 +26,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from chaos.harness import scenarios
-from chaos.harness.runner import FLUSHES, ROLES, RunConfig
+from chaos.harness.run_config import MASTER_ROLES, Backend, RunConfig
 from chaos.harness.workload import WorkloadConfig
 from chaos.schema import load_json_file
+from cluster.node.role import Role
+from store.config import FlushMode
 from store.tools.cli_args import positive_float, positive_int
 
 GOAL_RATIO = 100.0
@@ -51,20 +53,23 @@ class BackendFigures:
         return self.simulated_s / self.wall_s if self.wall_s else 0.0
 
 
-def _cells(runs: int, base_seed: int) -> list[tuple[str, str, str, int]]:
-    return [(sc, role, flush, base_seed + k) for sc in scenarios.QUICK_MATRIX for role in ROLES
-            for flush in FLUSHES for k in range(runs)]
+Cell = tuple[str, Role, FlushMode, int]  # scenario, role, flush, seed
+
+
+def _cells(runs: int, base_seed: int) -> list[Cell]:
+    return [(sc, role, flush, base_seed + k) for sc in scenarios.QUICK_MATRIX
+            for role in MASTER_ROLES for flush in FlushMode for k in range(runs)]
 
 
 def _configs(runs: int, base_seed: int, out_dir: str, rate: float | None, duration_s: float,
-             backend: str = "sim") -> list[RunConfig]:
+             backend: Backend = Backend.SIM) -> list[RunConfig]:
     return [RunConfig(scenario=scenarios.get(sc), role=role, flush=flush, seed=seed,
                       out_dir=out_dir, backend=backend, sim_duration_s=duration_s,
                       workload=WorkloadConfig(rate_per_s=rate), keep_cluster_dir=False)
             for sc, role, flush, seed in _cells(runs, base_seed)]
 
 
-def _one_run(backend: str, cell: tuple[str, str, str, int], out_dir: str, rate: float | None,
+def _one_run(backend: Backend, cell: Cell, out_dir: str, rate: float | None,
              duration_s: float) -> tuple[float, float, int, float]:
     """One run: (wall s, simulated s, puts, CPU s of this process)."""
     from chaos.matrix.launch import make_run
@@ -84,7 +89,7 @@ def _one_run(backend: str, cell: tuple[str, str, str, int], out_dir: str, rate: 
     return wall, simulated, puts, cpu
 
 
-def _measure(backend: str, runs: int, base_seed: int, out_dir: str, rate: float | None,
+def _measure(backend: Backend, runs: int, base_seed: int, out_dir: str, rate: float | None,
              duration_s: float, jobs: int = 1) -> BackendFigures:
     cells = _cells(runs, base_seed)
     if jobs > 1:
@@ -107,10 +112,10 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
     rate = args.rate or DEFAULT_RATE_PER_S
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="dlab-bench-sim-") as d:
-        sim = _measure("sim", args.runs, args.seed, os.path.join(d, "sim"), rate, args.duration,
-                       args.jobs)
-        local = (_measure("local", 1, args.seed, os.path.join(d, "local"), None, args.duration)
-                 if args.measure_local else None)
+        sim = _measure(Backend.SIM, args.runs, args.seed, os.path.join(d, "sim"), rate,
+                       args.duration, args.jobs)
+        local = (_measure(Backend.LOCAL, 1, args.seed, os.path.join(d, "local"), None,
+                          args.duration) if args.measure_local else None)
     local_rpm = local.runs_per_min if local is not None else args.local_runs_per_min
     cpu_per_run = sim.cpu_s / sim.runs
     figures = {

@@ -34,7 +34,7 @@ from typing import Any
 
 from chaos.check.rates import rate_cell, wilson_interval
 from chaos.harness import scenarios
-from chaos.harness.runner import FLUSHES, ROLES, RunConfig
+from chaos.harness.run_config import FLUSHES, ROLES, RunConfig
 from chaos.matrix.grid import MatrixConfig
 from chaos.matrix.launch import results_dir, scenario_list
 from chaos.matrix.sweep import SweepRun, run_in_order, run_sweep, sweep_context

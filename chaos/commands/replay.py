@@ -23,7 +23,7 @@ from typing import Any
 from chaos.check.summary import fault_lines, outcome_line, run_outcome
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
-from chaos.harness.runner import RunConfig
+from chaos.harness.run_config import RunConfig
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.launch import make_run, results_dir
 from store.tools.cli_args import UserError

@@ -15,13 +15,23 @@ from chaos.check.summary import fault_lines, outcome_line, run_outcome
 from chaos.commands import compare_backends, replay
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
-from chaos.harness.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
+from chaos.harness.run_config import (
+    CORRUPTION_POLICIES,
+    FLUSHES,
+    ROLES,
+    Backend,
+    RunConfig,
+    SimDiskFaults,
+)
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.grid import MatrixConfig, MatrixOutcome
 from chaos.matrix.launch import make_run, results_dir, scenario_list
 from chaos.matrix.sweep import run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from cluster.backends.image import CheckedImages
+from cluster.node.role import Role
+from ha.config import ShipLimit, SlaveAheadPolicy
+from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.tools.cli_args import UserError, positive_float, positive_int
 
 
@@ -62,12 +72,15 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """RunConfig fields from the options _common adds: the words argparse
+    checked (choices) become the run's enums here, at the edge."""
     return {
-        "backend": args.backend, "crash_model": args.crash_model,
-        "slave_ahead_policy": args.slave_ahead_policy, "ha_ship_limit": args.ha_ship_limit,
-        "corruption_policy": args.corruption_policy, "slaves": args.slaves,
+        "backend": Backend(args.backend), "crash_model": CrashModel(args.crash_model),
+        "slave_ahead_policy": SlaveAheadPolicy(args.slave_ahead_policy),
+        "ha_ship_limit": ShipLimit(args.ha_ship_limit),
+        "corruption_policy": CorruptionPolicy(args.corruption_policy), "slaves": args.slaves,
         "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
-        "sim_disk_faults": args.sim_disk_faults,
+        "sim_disk_faults": SimDiskFaults(args.sim_disk_faults),
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
@@ -96,8 +109,9 @@ def _check_sim(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        cfg = RunConfig(scenario=scenarios.get(args.scenario), role=args.role, flush=args.flush,
-                        seed=args.seed, out_dir=args.out, **_run_config_fields(args)).validate()
+        cfg = RunConfig(scenario=scenarios.get(args.scenario), role=Role(args.role),
+                        flush=FlushMode(args.flush), seed=args.seed, out_dir=args.out,
+                        **_run_config_fields(args)).validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
     _check_sim(args)

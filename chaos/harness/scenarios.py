@@ -27,14 +27,41 @@ Adding a scenario is a few lines in SCENARIOS.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+
+
+class Action(enum.StrEnum):
+    """What a step does (the module docstring says how each acts)."""
+
+    KILL = "kill"
+    STOP = "stop"
+    START = "start"
+    RESTART = "restart"
+    PAUSE = "pause"
+    RESUME = "resume"
+    PARTITION = "partition"
+    HEAL = "heal"
+    AWAIT_CRASH = "await_crash"
+    TORN_TAIL = "torn_tail"
+    BIT_FLIP = "bit_flip"
+    ROGUE_PEER = "rogue_peer"
+
+
+# What a step may do to the consumer (target "consumer").
+CONSUMER_ACTIONS = (Action.KILL, Action.STOP, Action.START)
 
 
 @dataclass(frozen=True)
 class Step:
-    action: str
+    action: Action
     target: str = "master"
     after_s: tuple[float, float] = (0.0, 0.0)  # delay window after the previous step
+
+    def __post_init__(self) -> None:
+        # A step written with a string names a known action, or fails at
+        # its definition (ValueError: 'x' is not a valid Action).
+        object.__setattr__(self, "action", Action(self.action))
 
 
 @dataclass(frozen=True)
@@ -73,8 +100,6 @@ class Scenario:
     consumer_ready: str = "start"
 
 
-ACTIONS = {"kill", "stop", "start", "restart", "pause", "resume", "partition", "heal",
-           "await_crash", "torn_tail", "bit_flip", "rogue_peer"}
 TARGETS = {"master", "slave", "both", "consumer"}
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -82,68 +107,67 @@ SCENARIOS: dict[str, Scenario] = {}
 
 def _add(s: Scenario) -> None:
     for step in s.steps:
-        assert step.action in ACTIONS, step
         assert s.consumer_ready in ("start", "delivery", "commit"), s
         assert step.target in TARGETS, step
         if step.target == "consumer":
-            assert s.consume and step.action in ("kill", "stop", "start"), step
+            assert s.consume and step.action in CONSUMER_ACTIONS, step
     SCENARIOS[s.name] = s
 
 
 _add(Scenario(
     "master-crash", "SIGKILL the master under load, restart it",
-    (Step("kill", "master", (1.5, 3.0)), Step("start", "master", (0.5, 1.0))),
+    (Step(Action.KILL, "master", (1.5, 3.0)), Step(Action.START, "master", (0.5, 1.0))),
 ))
 _add(Scenario(
     "master-crash-unflushed",
     "the master crashes at a failpoint right after an append, before its flush",
-    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    (Step(Action.AWAIT_CRASH, "master", (0.0, 0.0)), Step(Action.START, "master", (0.3, 0.6))),
     failpoints=(FailpointPlan("master", "after_append_before_flush", hits=(300, 3000)),),
 ))
 _add(Scenario(
     "master-crash-after-ship",
     "the master crashes right after shipping a range, before the slave's ack arrives",
-    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    (Step(Action.AWAIT_CRASH, "master", (0.0, 0.0)), Step(Action.START, "master", (0.3, 0.6))),
     failpoints=(FailpointPlan("master", "after_ship_before_ack", hits=(100, 1000)),),
 ))
 _add(Scenario(
     "slave-crash", "SIGKILL the slave under load, restart it",
-    (Step("kill", "slave", (1.5, 3.0)), Step("start", "slave", (1.0, 2.0))),
+    (Step(Action.KILL, "slave", (1.5, 3.0)), Step(Action.START, "slave", (1.0, 2.0))),
 ))
 _add(Scenario(
     "slave-pause", "SIGSTOP the slave for longer than the slave timeout, then resume",
-    (Step("pause", "slave", (1.0, 2.0)), Step("resume", "slave", (3.5, 4.5))),
+    (Step(Action.PAUSE, "slave", (1.0, 2.0)), Step(Action.RESUME, "slave", (3.5, 4.5))),
     load_s=7.0,
 ))
 _add(Scenario(
     "partition", "cut the master-slave link for longer than the slave timeout, heal it",
-    (Step("partition", "master", (1.0, 2.0)), Step("heal", "master", (3.5, 4.5))),
+    (Step(Action.PARTITION, "master", (1.0, 2.0)), Step(Action.HEAL, "master", (3.5, 4.5))),
     load_s=7.0,
 ))
 _add(Scenario(
     "clean-restart", "stop the master cleanly (SIGTERM), start it again",
-    (Step("stop", "master", (1.5, 3.0)), Step("start", "master", (0.3, 0.8))),
+    (Step(Action.STOP, "master", (1.5, 3.0)), Step(Action.START, "master", (0.3, 0.8))),
 ))
 _add(Scenario(
     "double-crash", "SIGKILL master and slave together, restart both",
-    (Step("kill", "both", (1.5, 3.0)), Step("start", "both", (0.5, 1.0))),
+    (Step(Action.KILL, "both", (1.5, 3.0)), Step(Action.START, "both", (0.5, 1.0))),
 ))
 _add(Scenario(
     "torn-tail", "SIGKILL the master, leave a torn record at its log's end, restart",
-    (Step("kill", "master", (1.5, 3.0)), Step("torn_tail", "master"),
-     Step("start", "master", (0.2, 0.4))),
+    (Step(Action.KILL, "master", (1.5, 3.0)), Step(Action.TORN_TAIL, "master"),
+     Step(Action.START, "master", (0.2, 0.4))),
 ))
 _add(Scenario(
     "bit-flip", "stop the master, flip one bit inside a stored record, restart",
-    (Step("stop", "master", (1.5, 3.0)), Step("bit_flip", "master"),
-     Step("start", "master", (0.2, 0.4))),
+    (Step(Action.STOP, "master", (1.5, 3.0)), Step(Action.BIT_FLIP, "master"),
+     Step(Action.START, "master", (0.2, 0.4))),
 ))
 
 _add(Scenario(
     "consumer-crash",
     "consume while producing; SIGKILL the consumer inside its 5 s offset-commit interval, "
     "start it again (it resumes from the last committed offset)",
-    (Step("kill", "consumer", (2.0, 3.5)), Step("start", "consumer", (0.3, 0.6))),
+    (Step(Action.KILL, "consumer", (2.0, 3.5)), Step(Action.START, "consumer", (0.3, 0.6))),
     consume=True, consumer_ready="delivery",
 ))
 _add(Scenario(
@@ -156,8 +180,8 @@ _add(Scenario(
     # so the broker's lost commits show only when a consumer asks it (a
     # restart or rebalance). The clean stop commits first: every redelivery
     # here is the broker's doing, not the consumer's.
-    (Step("kill", "master", (1.5, 3.0)), Step("stop", "consumer", (0.2, 0.4)),
-     Step("start", "master", (0.3, 0.6)), Step("start", "consumer", (0.0, 0.2))),
+    (Step(Action.KILL, "master", (1.5, 3.0)), Step(Action.STOP, "consumer", (0.2, 0.4)),
+     Step(Action.START, "master", (0.3, 0.6)), Step(Action.START, "consumer", (0.0, 0.2))),
     # The steps start once the consumer's first commit is accepted; the
     # nodes persist the table every 30 s here, so the kill still lands
     # before the first persist however long the consumer took to start.
@@ -168,7 +192,7 @@ _add(Scenario(
     "slave-crash-consuming",
     "consume while producing; SIGKILL the slave (which holds a copy of the offsets), "
     "restart it",
-    (Step("kill", "slave", (2.0, 3.5)), Step("start", "slave", (0.5, 1.0))),
+    (Step(Action.KILL, "slave", (2.0, 3.5)), Step(Action.START, "slave", (0.5, 1.0))),
     consume=True,
 ))
 # Disk faults of the fsync itself and a stalled flusher; also the scenarios
@@ -178,7 +202,7 @@ _add(Scenario(
     "one of the master's fsyncs fails with EIO (the bytes it was to make durable are "
     "discarded, as Linux drops dirty pages after a failed writeback); SIGKILL the master "
     "later, restart it",
-    (Step("kill", "master", (2.5, 3.5)), Step("start", "master", (0.5, 1.0))),
+    (Step(Action.KILL, "master", (2.5, 3.5)), Step(Action.START, "master", (0.5, 1.0))),
     # Early enough to fire before the kill on a slow disk too: at 10 ms an
     # fsync, group commit makes about 30 fsyncs a second of 4 x 25 puts/s
     # (on the sim, 20-80 missed the kill in 9 of 200 seeds, all slow disks).
@@ -190,7 +214,7 @@ _add(Scenario(
     "took (still in memory under the power model), then the master is SIGKILLed; restart",
     # The stall outlasts the consumer's start (under a second), so a hit
     # early in the load is as good as a late one.
-    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6))),
+    (Step(Action.AWAIT_CRASH, "master", (0.0, 0.0)), Step(Action.START, "master", (0.3, 0.6))),
     failpoints=(FailpointPlan("master", "flush_before_write", "delay:2500+crash",
                               hits=(100, 250)),),
     consume=True,
@@ -202,8 +226,8 @@ _add(Scenario(
     "restarted, it tells the slave to truncate (slave-ahead policy truncate), and the "
     "slave crashes right after its truncation, before it reports; it is down about 2 s "
     "while the master takes puts, then restarts",
-    (Step("await_crash", "master", (0.0, 0.0)), Step("start", "master", (0.3, 0.6)),
-     Step("await_crash", "slave", (0.0, 0.0)), Step("start", "slave", (2.0, 2.5))),
+    (Step(Action.AWAIT_CRASH, "master", (0.0, 0.0)), Step(Action.START, "master", (0.3, 0.6)),
+     Step(Action.AWAIT_CRASH, "slave", (0.0, 0.0)), Step(Action.START, "slave", (2.0, 2.5))),
     # An ASYNC_MASTER at 200 puts/s ships a few hundred ranges in its first
     # 10 s: the master's hit falls inside await_crash's wait.
     failpoints=(FailpointPlan("master", "after_ship_before_ack", hits=(40, 200)),
@@ -219,8 +243,8 @@ _add(Scenario(
     # with the close's 5 s drain of --emulate rmq-405 ending before it does.
     # The paused slave cannot serve the consumer while the master is down
     # (pulls fall over to a slave): what the master's queues lack shows.
-    (Step("pause", "slave", (3.5, 4.0)), Step("stop", "master", (0.2, 0.4)),
-     Step("start", "master", (0.3, 0.6)), Step("resume", "slave", (0.5, 1.0))),
+    (Step(Action.PAUSE, "slave", (3.5, 4.0)), Step(Action.STOP, "master", (0.2, 0.4)),
+     Step(Action.START, "master", (0.3, 0.6)), Step(Action.RESUME, "slave", (0.5, 1.0))),
     failpoints=(FailpointPlan("master", "reput_before_dispatch", "delay:12000",
                               hits=(1, 2)),),
     consume=True,
@@ -230,9 +254,9 @@ _add(Scenario(
     "a rogue HA peer (cluster token, its own name) reports 1 GiB beyond the master's end; "
     "the slave is paused (SIGSTOP) meanwhile; SIGKILL the master, resume the slave, "
     "restart the master",
-    (Step("rogue_peer", "master", (1.8, 2.2)), Step("pause", "slave", (0.5, 0.8)),
-     Step("kill", "master", (3.0, 3.5)), Step("resume", "slave", (1.5, 2.0)),
-     Step("start", "master", (0.0, 0.2))),
+    (Step(Action.ROGUE_PEER, "master", (1.8, 2.2)), Step(Action.PAUSE, "slave", (0.5, 0.8)),
+     Step(Action.KILL, "master", (3.0, 3.5)), Step(Action.RESUME, "slave", (1.5, 2.0)),
+     Step(Action.START, "master", (0.0, 0.2))),
 ))
 
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-after-ship",

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaos.harness.runner import FLUSHES, ROLES, RunConfig
+from chaos.harness.run_config import FLUSHES, ROLES, RunConfig, to_enum
 from chaos.harness.scenarios import get
+from cluster.node.role import Role
+from store.config import FlushMode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +44,8 @@ class MatrixConfig:
         """One RunConfig per cell, in cells() order, writing under OUT/runs."""
         runs_dir = os.path.join(self.out_dir, "runs")
         return [
-            replace(RunConfig(scenario=get(scenario), role=role, flush=flush, seed=seed,
+            replace(RunConfig(scenario=get(scenario), role=to_enum(Role, "role", role, ROLES),
+                              flush=to_enum(FlushMode, "flush", flush), seed=seed,
                               out_dir=runs_dir),
                     **{**self.template, "corruption_policy": policy})
             for scenario, role, flush, policy, seed in self.cells()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from chaos.harness import scenarios
-from chaos.harness.runner import Run, RunConfig
+from chaos.harness.run_base import ChaosRun
+from chaos.harness.run_config import Backend, RunConfig
 from store.tools.cli_args import UserError
 
 if TYPE_CHECKING:
@@ -41,15 +43,18 @@ def results_dir(path: str, option: str = "--out") -> None:
         raise UserError(f"{option} {path} is not writable by this user; give another directory")
 
 
-def make_run(cfg: RunConfig, log: Any = None, *, images: CheckedImages | None = None) -> Any:
-    """A run of `cfg` on its backend: anything with execute() -> run dir.
+def make_run(cfg: RunConfig, log: Callable[[str], None] | None = None, *,
+             images: CheckedImages | None = None) -> ChaosRun:
+    """A run of `cfg` on its backend (chaos/harness/runner.py's Run on local
+    processes or compose containers, chaos/sim/run.py's SimRun on the sim).
     `images`: the node images the command has already brought up to date
     (compose; shared by the runs of one command)."""
-    if cfg.backend == "sim":
+    if cfg.backend is Backend.SIM:
         from chaos.sim.run import SimRun
 
         return SimRun(cfg, log=log or (lambda s: None))
     from chaos.harness.connect import backend_factory, sender_factory, status_of
+    from chaos.harness.runner import Run
 
     return Run(cfg, backend_factory=backend_factory(images), sender_factory=sender_factory,
                status=status_of, log=log or (lambda s: None))

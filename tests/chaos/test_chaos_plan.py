@@ -24,7 +24,7 @@ def test_different_seeds_give_different_schedules() -> None:
 
 def test_plan_is_the_same_in_another_process() -> None:
     """No per-process hash randomisation leaks into a plan."""
-    code = ("from chaos.plan import plan_run; from chaos.scenarios import get; "
+    code = ("from chaos.harness.plan import plan_run; from chaos.harness.scenarios import get; "
             "print(plan_run(get('master-crash-after-ship'), 9))")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": str(i)}).stdout

@@ -1,0 +1,102 @@
+"""What every chaos run shares, whatever its backend: the contract a
+command drives (ChaosRun) and the part of a run that does not depend on
+where its nodes run (RunBase) — its plan from the seed, its node names,
+which nodes a step targets, their specs and armed failpoints, its recorder
+(chaos/harness/recorder.py) and its params.json.
+
+chaos/harness/runner.py's Run (local processes, compose containers) and
+chaos/sim/run.py's SimRun (one process on simulated time) are RunBases; each
+adds only how its backend acts and waits.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from chaos.harness.plan import RunPlan, plan_run
+from chaos.harness.recorder import RunRecorder
+from chaos.harness.run_config import RunConfig
+from chaos.schema import CONSUMER_NODE
+from cluster.backends.interface import NodeSpec
+from cluster.node.role import Role
+
+MASTER = "master"
+
+
+class ChaosRun(Protocol):
+    """A run a command starts (chaos/matrix/launch.py's make_run)."""
+
+    @property
+    def run_dir(self) -> str: ...
+
+    def execute(self) -> str:
+        """Run it to its end; the result directory it wrote."""
+        ...
+
+
+class RunBase:
+    def __init__(self, cfg: RunConfig, log: Callable[[str], None]) -> None:
+        self.cfg = cfg.validate()
+        self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
+        self.record = RunRecorder(os.path.join(cfg.out_dir, cfg.run_id), log)
+        self._log = log
+        self.master = MASTER
+        self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
+
+    @property
+    def run_dir(self) -> str:
+        return self.record.run_dir
+
+    @property
+    def cluster_dir(self) -> str:
+        return self.record.cluster_dir
+
+    @property
+    def nodes(self) -> list[str]:
+        """The master, then the slaves."""
+        return [self.master, *self.slaves]
+
+    def _targets(self, target: str) -> list[str]:
+        """The nodes (or the consumer) a step's target names (chaos/harness/scenarios.py)."""
+        if target == "consumer":
+            return [CONSUMER_NODE]
+        if target == "master":
+            return [self.master]
+        if target == "slave":
+            return [self.slaves[0]]
+        return self.nodes
+
+    def _armed(self, name: str) -> str:
+        """The failpoints the plan arms on node `name`: the master's, or the
+        first slave's (a plan's "slave")."""
+        if name == self.master:
+            return self.plan.failpoints.get("master", "")
+        return self.plan.failpoints.get("slave", "") if name == self.slaves[0] else ""
+
+    def _damage_rng(self) -> random.Random:
+        """The draw of a disk damage step: from the plan, and as many faults
+        as the run has recorded, on every backend alike."""
+        return random.Random(self.plan.disk_fault_seed + len(self.record.faults))
+
+    def _spec(self, name: str, role: Role) -> NodeSpec:
+        """How node `name` runs: the run's mode and policies, its failpoints."""
+        cfg = self.cfg
+        return NodeSpec(
+            name=name, role=role, flush=cfg.flush, crash_model=cfg.crash_model,
+            segment_size_bytes=cfg.segment_size_bytes,
+            slave_ahead_policy=cfg.slave_ahead_policy, ha_ship_limit=cfg.ha_ship_limit,
+            failpoints=self._armed(name), corruption_policy=cfg.corruption_policy,
+            extra_args=cfg.master_args if role is not Role.SLAVE else cfg.slave_args,
+            emulate=cfg.emulate,
+            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms)
+
+    def _write_params(self, *, backend: str, roles: Mapping[str, Role], started_ms: int,
+                      ended_ms: int, extra: Mapping[str, Any] | None = None) -> None:
+        failpoints = {self.master if t == "master" else self.slaves[0]: s
+                      for t, s in self.plan.failpoints.items()}
+        self.record.params(self.cfg, self.plan, backend=backend, nodes=roles,
+                           failpoints=failpoints, started_ms=started_ms, ended_ms=ended_ms,
+                           extra=extra)
