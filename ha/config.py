@@ -7,6 +7,12 @@ is larger than RocketMQ's 32 KiB (haTransferBatchSize): in Python every
 shipped range costs a protobuf message, a gRPC write and a loop wake-up on
 both sides, so 1 MiB batches are what lets a slave catch up at disk speed
 (see `dlab bench catch-up`).
+
+What one master holds for its streams is bounded (docs/design.md, "What a
+master holds for its slaves"): at most `len(slaves) + extra_streams` streams,
+each with at most its window shipped and not acknowledged (a new stream's
+window starts at one batch), and a stream whose slave acknowledges nothing
+for the housekeeping interval is closed.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from dataclasses import dataclass, replace
 
 from store.config import ConfigError
 from store.emulate import SWITCHES
+from store.names import name_problem
 
 KIB = 1024
 MIB = 1024 * KIB
+SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node/server.py NodeConfig)
 
 
 class SlaveAheadPolicy(enum.StrEnum):
@@ -48,6 +56,14 @@ class HAConfig:
     housekeeping_interval_ms: int = 20_000
     slave_timeout_ms: int = 3_000
     max_gap_not_in_sync_bytes: int = 256 * MIB
+    # The slaves this master is configured with, by name (--ha-slave). Each
+    # may always hold one stream; their links stay in node status while they
+    # are away.
+    slaves: frozenset[str] = frozenset()
+    # Streams at once from names not among `slaves` (a replacement node, a
+    # tool): beyond these a stream is refused (RESOURCE_EXHAUSTED), and such
+    # a name is forgotten once its stream has closed.
+    extra_streams: int = 2
     # Slave reconnect backoff (tenacity, exponential between these bounds).
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 5_000
@@ -70,6 +86,12 @@ class HAConfig:
         need(self.housekeeping_interval_ms > self.heartbeat_interval_ms,
              "ha housekeeping interval must be longer than the heartbeat interval, or "
              "idle-but-healthy streams would be closed")
+        need(0 <= self.extra_streams <= 64,
+             "ha extra streams must be between 0 and 64 (--ha-extra-streams)")
+        need(len(self.slaves) <= 64, "at most 64 --ha-slave names")
+        for name in sorted(self.slaves):
+            problem = name_problem("--ha-slave name", name, SLAVE_NAME_MAX_LENGTH)
+            need(problem is None, str(problem))
         need(self.slave_timeout_ms >= 1, "slave timeout must be at least 1 ms")
         need(self.max_gap_not_in_sync_bytes >= 1, "ha max gap must be at least 1 byte")
         need(1 <= self.reconnect_min_ms <= self.reconnect_max_ms,

@@ -23,7 +23,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from ha import frames, sync_master
-from ha.config import HAConfig, ShipLimit
+from ha.config import SLAVE_NAME_MAX_LENGTH, HAConfig, ShipLimit
 from ha.session import (
     Accept,
     Close,
@@ -31,6 +31,7 @@ from ha.session import (
     MasterSession,
     RemoteProtocolError,
     SendTruncate,
+    stream_refusal,
 )
 from ha.transport.streams import EOF, MasterStream
 from ha.waiters import ReplicaWaitQueue
@@ -47,7 +48,6 @@ log = logging.getLogger("dlab.ha.master")
 SERVICE = ha_pb2.DESCRIPTOR.services_by_name["HA"].full_name
 # How long a closing stream waits for a write in flight (see _run_stream).
 WRITE_DRAIN_S = 2.0
-SLAVE_NAME_MAX_LENGTH = 64  # a node name's bound (cluster/node/server.py NodeConfig)
 
 
 class SlaveLink(enum.StrEnum):
@@ -232,7 +232,9 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         another process naming a slave whose stream is live is refused: it
         must not disconnect the real one. The old stream counts as over, and
         is replaced, once its call has ended or it has expired by the
-        master's own rule (no report for the housekeeping interval)."""
+        master's own rule (ha/session.py MasterSession.expiry). A name
+        without a stream opens one only within the master's stream limit
+        (ha/session.py stream_refusal)."""
         problem = name_problem("slave name", name, SLAVE_NAME_MAX_LENGTH)
         if problem:
             return grpc.StatusCode.INVALID_ARGUMENT, problem
@@ -241,7 +243,10 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                     f"slave incarnation is {len(incarnation)} characters; at most "
                     f"{SLAVE_NAME_MAX_LENGTH}")
         live = self._streams.get(name)
-        if live is None or live.close is not None:
+        if live is None:
+            limit = stream_refusal(name, self.config, set(self._streams))
+            return None if limit is None else (grpc.StatusCode.RESOURCE_EXHAUSTED, limit)
+        if live.close is not None:
             return None
         if incarnation and live.incarnation == incarnation:
             return None
@@ -315,6 +320,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 link.state = SlaveLink.DISCONNECTED
             link.detail = reason
             log.info("slave %s stream closed: %s", name, reason)
+            if name not in self.config.slaves:
+                # Not a configured slave: once its stream is gone it has no
+                # place in node status, or every name a peer ever tried
+                # would stay in the table (ha/config.py extra_streams).
+                del self.links[name]
 
     def _on_report(self, stream: _Stream, max_offset: int) -> None:
         now = self.clock.monotonic()
@@ -358,22 +368,26 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         stream.wake.set()
 
     async def _read_loop(self, context: MasterStream, stream: _Stream) -> None:
-        housekeeping_s = self.config.housekeeping_interval_ms / 1000
         session = stream.session
         while stream.close is None:
             try:
-                # Until the session expires by its own rule (no report for
-                # the housekeeping interval).
-                async with asyncio.timeout(session.expires_in(self.clock.monotonic())):
+                # Until the session expires by its own rule (no report, or
+                # nothing acknowledged, for the housekeeping interval).
+                # (At least 1 ms: a timer may fire a hair before its time,
+                # and on a virtual clock a zero timeout would not advance it.)
+                async with asyncio.timeout(max(session.expires_in(self.clock.monotonic()),
+                                               0.001)):
                     report = await _read_report(context)
             except RemoteProtocolError as exc:
                 log.warning("closing stream of slave %s: %s", stream.session.slave, exc)
                 stream.close_with(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 return
             except TimeoutError:
-                stream.close_with(grpc.StatusCode.UNAVAILABLE,
-                                  f"no report from the slave for {housekeeping_s:g} s "
-                                  "(housekeeping interval)")
+                expiry = session.expiry(self.clock.monotonic())
+                if expiry is None:
+                    continue
+                log.warning("closing stream of slave %s: %s", session.slave, expiry)
+                stream.close_with(grpc.StatusCode.UNAVAILABLE, expiry)
                 return
             if report is None:
                 stream.close_with(grpc.StatusCode.OK, "slave closed the stream")

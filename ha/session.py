@@ -7,7 +7,14 @@ ha/slave.py feed in what arrived (with the time) and carry out the decision.
 Positions (master side), for an established session:
     acked <= shipped            acked: the slave's last accepted report
                                 shipped: where the next Range starts
-    shipped - acked <= window + one batch   (one record may exceed a batch)
+    shipped - acked <= window               or one record, if larger
+    batch <= window <= config.window_bytes  window: this stream's, see next_ship
+
+What a master holds for a stream is bounded by its window (a peer that
+never reads holds at most one batch: the window starts there and grows only
+with acknowledged bytes), and a stream whose shipped bytes go unacknowledged
+for the housekeeping interval expires (`expiry`), as one whose slave stops
+reporting does (docs/design.md, "What a master holds for its slaves").
 `acked` may exceed the master's `wrote` only under slave_ahead_policy=trust
 or --emulate rmq-3349 (RocketMQ believes a first report beyond the master,
 in every classic-HA version: apache/rocketmq#3349; the #3016 check for
@@ -83,6 +90,26 @@ class Ship:
 MasterDecision = Accept | Ignore | Close | SendTruncate
 
 
+def stream_refusal(name: str, config: HAConfig, open_names: set[str]) -> str | None:
+    """Why a new stream from slave `name` may not open while streams from
+    `open_names` are open (a stream `name` supersedes is not among them),
+    or None. A configured slave (config.slaves) always may: one stream per
+    name. Other names share config.extra_streams streams, so a master holds
+    at most len(config.slaves) + extra_streams streams whoever connects."""
+    if name in config.slaves:
+        return None
+    unknown = sorted(n for n in open_names if n not in config.slaves)
+    if len(unknown) < config.extra_streams:
+        return None
+    shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+    configured = (f"configured slaves: {', '.join(sorted(config.slaves))}" if config.slaves
+                  else "no --ha-slave configured")
+    return (f"slave {name} is not one this master is configured with ({configured}), and "
+            f"the {config.extra_streams} stream(s) allowed for other names are open "
+            f"({shown}): name it with --ha-slave on the master, or raise "
+            "--ha-extra-streams")
+
+
 class MasterSession:
     def __init__(self, slave: str, config: HAConfig, *, now_s: float,
                  began_at: int | None = None) -> None:
@@ -100,6 +127,12 @@ class MasterSession:
         self.ahead_trusted = False
         self.last_report = now_s
         self.last_sent = now_s
+        # Slow start (TCP's, RFC 5681): one batch until the slave has
+        # acknowledged bytes, then grown by what it acknowledges.
+        self.window = config.batch_bytes
+        # Since when shipped bytes wait for an ack without one arriving
+        # (None: nothing in flight).
+        self.unacked_since: float | None = None
 
     @property
     def established(self) -> bool:
@@ -116,6 +149,7 @@ class MasterSession:
             if max_offset == self.truncate_to:
                 self.truncate_to = None
                 self.acked = self.shipped = max_offset
+                self.window, self.unacked_since = self.config.batch_bytes, None
                 return Accept(max_offset)
             if self.acked is not None and max_offset == self.acked:
                 return Ignore("report from before the truncation took effect")
@@ -142,8 +176,18 @@ class MasterSession:
                 return Accept(max_offset)
             return Close("protocol", f"report {max_offset} beyond what was shipped "
                                      f"({self.shipped})")
-        self.acked = max_offset
+        self._acknowledged(max_offset, now_s)
         return Accept(max_offset)
+
+    def _acknowledged(self, offset: int, now_s: float) -> None:
+        """An accepted report at or below what was shipped: the window
+        grows by the bytes it acknowledges; the stall clock restarts."""
+        assert self.acked is not None and self.shipped is not None
+        assert self.acked <= offset <= self.shipped
+        if offset > self.acked:
+            self.window = min(self.config.window_bytes, self.window + offset - self.acked)
+            self.unacked_since = now_s if offset < self.shipped else None
+        self.acked = offset
 
     def _first_report(self, offset: int, master_wrote: int, master_min: int) -> MasterDecision:
         if offset > master_wrote:
@@ -185,7 +229,11 @@ class MasterSession:
         """What to ship next with the master's shipping limit (`wrote` or
         `flushed`) at `limit`; None while nothing is due or the window is full.
 
-        Full batches are pipelined up to the window (catch-up). Less than a
+        Full batches are pipelined while they fit the stream's window
+        (catch-up; a first record larger than a batch goes out alone),
+        which starts at one batch and grows with acknowledged bytes up to
+        config.window_bytes: a peer that reads nothing holds one batch of
+        this master's memory, not a whole window. Less than a
         batch is shipped at once only when nothing is in flight; otherwise it
         waits for the slave's ack and then goes out in one range with
         everything appended meanwhile (Nagle's rule: under load, one range
@@ -197,7 +245,7 @@ class MasterSession:
         if available <= 0:
             return None
         in_flight = self.shipped - self.acked
-        if in_flight >= self.config.window_bytes:
+        if in_flight > 0 and in_flight + self.config.batch_bytes > self.window:
             return None
         if in_flight > 0 and available < self.config.batch_bytes:
             return None
@@ -206,6 +254,8 @@ class MasterSession:
     def on_shipped(self, offset: int, next_offset: int, *, now_s: float) -> None:
         assert self.shipped == offset and next_offset > offset, (self.shipped, offset,
                                                                   next_offset)
+        if self.unacked_since is None:
+            self.unacked_since = now_s
         self.shipped = next_offset
         self.last_sent = now_s
         assert self.acked is not None
@@ -219,18 +269,36 @@ class MasterSession:
         return now_s - self.last_sent >= self.config.heartbeat_interval_ms / 1000
 
     def expired(self, now_s: float) -> bool:
-        """No report for the housekeeping interval: the slave is gone."""
-        return now_s - self.last_report >= self.config.housekeeping_interval_ms / 1000
+        """The slave is gone, or not reading (see `expiry`)."""
+        return self.expiry(now_s) is not None
+
+    def expiry(self, now_s: float) -> str | None:
+        """Why the stream is over by the housekeeping rule, or None: no
+        report for the housekeeping interval (the slave is gone), or shipped
+        bytes not acknowledged for as long (it reports but does not read:
+        what was shipped to it would stay in this master's buffers)."""
+        housekeeping_s = self.config.housekeeping_interval_ms / 1000
+        if now_s - self.last_report >= housekeeping_s:
+            return f"no report from the slave for {housekeeping_s:g} s (housekeeping interval)"
+        if self.unacked_since is not None and now_s - self.unacked_since >= housekeeping_s:
+            assert self.acked is not None and self.shipped is not None
+            return (f"the slave acknowledged none of the {self.shipped - self.acked} bytes "
+                    f"shipped to it from {self.acked} for {housekeeping_s:g} s (housekeeping "
+                    "interval): it is not reading the stream")
+        return None
 
     def expires_in(self, now_s: float) -> float:
         """Seconds until expired(now_s) holds, if no report comes first."""
-        return max(0.0, self.last_report + self.config.housekeeping_interval_ms / 1000 - now_s)
+        housekeeping_s = self.config.housekeeping_interval_ms / 1000
+        at = self.last_report
+        if self.unacked_since is not None:
+            at = min(at, self.unacked_since)
+        return max(0.0, at + housekeeping_s - now_s)
 
     def wake_in(self, now_s: float) -> float:
         """Seconds until a heartbeat or the housekeeping check is due."""
         hb = self.last_sent + self.config.heartbeat_interval_ms / 1000 - now_s
-        hk = self.last_report + self.config.housekeeping_interval_ms / 1000 - now_s
-        return max(0.0, min(hb, hk))
+        return max(0.0, min(hb, self.expires_in(now_s)))
 
 
 # ------------------------------------------------------------- slave side

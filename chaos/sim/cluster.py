@@ -72,16 +72,17 @@ class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to ha
     so no `except Exception` in node code mistakes it for a failure)."""
 
 
-def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = TOKEN
-                 ) -> NodeConfig:
+def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = TOKEN,
+                 slaves: tuple[str, ...] = ()) -> NodeConfig:
     """The NodeConfig `dlab node` would build from the options a local
-    backend gives this spec (so both backends run the same configuration)."""
+    backend gives this spec (so both backends run the same configuration);
+    `slaves`: a master's slaves by name."""
     from cluster.cli.node_command import node_config_from_args, register_node
 
     parser = argparse.ArgumentParser(prog="dlab")
     register_node(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["node", *spec.node_args(
-        data_dir=DATA_DIR, listen=listen, master=master, token_file="-")])
+        data_dir=DATA_DIR, listen=listen, master=master, token_file="-", slaves=slaves)])
     cfg: NodeConfig = node_config_from_args(args, token=token)
     return cfg
 
@@ -174,12 +175,13 @@ class SimCluster:
         addr = "10.0.0.1:7001"
         self.master = master.name
         self.nodes: dict[str, SimNode] = {
-            master.name: self._sim_node(master, addr, None)}
+            master.name: self._sim_node(master, addr, None, tuple(s.name for s in slaves))}
         for i, s in enumerate(slaves):
             self.nodes[s.name] = self._sim_node(s, f"10.0.0.{i + 2}:7001", addr)
 
-    def _sim_node(self, spec: NodeSpec, listen: str, master: str | None) -> SimNode:
-        return SimNode(spec.name, spec, _node_config(spec, listen, master, self.token),
+    def _sim_node(self, spec: NodeSpec, listen: str, master: str | None,
+                  slaves: tuple[str, ...] = ()) -> SimNode:
+        return SimNode(spec.name, spec, _node_config(spec, listen, master, self.token, slaves),
                        MemoryDisk(self.rng, self.disk_faults, self.clock))
 
     def net_delay(self) -> float:

@@ -94,8 +94,8 @@ def project_name(directory: str) -> str:
     return "dlab-" + hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:10]
 
 
-def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = ()
-                 ) -> list[str]:
+def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = (),
+                 slaves: tuple[str, ...] = ()) -> list[str]:
     """What the container runs after the image's `dlab` entrypoint."""
     spec = dataclasses.replace(ns, failpoints=failpoints)
     master = f"{MASTER_ALIAS}:{NODE_PORT}" if ns.role == Role.SLAVE else None
@@ -103,7 +103,7 @@ def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] 
                                     listen=f"0.0.0.0:{NODE_PORT}", master=master,
                                     token_file=TOKEN_MOUNT,
                                     refusal_file=f"{NODE_MOUNT}/{REFUSAL_FILE}",
-                                    repair_from=repair_from),
+                                    repair_from=repair_from, slaves=slaves),
             "--log-file", f"{NODE_MOUNT}/node.log"]
 
 
@@ -124,7 +124,9 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
                 # A master repairs from its slaves, by service name on the
                 # replication network.
                 repair_from=tuple(f"{k}:{NODE_PORT}" for k in nodes if k != master)
-                if name == master else ()),
+                if name == master else (),
+                # and counts them in its HA stream limit (ha/config.py).
+                slaves=tuple(k for k in nodes if k != master) if name == master else ()),
             "user": user,
             # docker-init is PID 1 and forwards SIGTERM: the node must not be PID 1,
             # which the kernel shields from its own SIGKILL (a crash failpoint).

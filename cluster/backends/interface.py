@@ -67,11 +67,13 @@ class NodeSpec:
     extra_args: tuple[str, ...] = ()
 
     def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str,
-                  refusal_file: str | None = None, repair_from: tuple[str, ...] = ()
-                  ) -> list[str]:
+                  refusal_file: str | None = None, repair_from: tuple[str, ...] = (),
+                  slaves: tuple[str, ...] = ()) -> list[str]:
         """Arguments after `dlab node` (no secrets on the command line: the
         token is read from a file). `refusal_file`: where the node says why
-        it refused to start; `repair_from`: replicas a master repairs from."""
+        it refused to start; `repair_from`: replicas a master repairs from;
+        `slaves`: a master's slaves by name (its stream limit counts them,
+        ha/config.py)."""
         args = [
             "--name", self.name,
             "--role", self.role.value,
@@ -94,6 +96,8 @@ class NodeSpec:
             args += ["--refusal-file", refusal_file]
         for peer in repair_from:
             args += ["--repair-from", peer]
+        for slave in slaves:
+            args += ["--ha-slave", slave]
         for bug in self.emulate:
             args += ["--emulate", bug]
         if self.consumer_offset_persist_interval_ms is not None:

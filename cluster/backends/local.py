@@ -170,13 +170,16 @@ class LocalBackend(ClusterDir):
         # A master repairs from its slaves (a slave from its master, by default).
         peers = tuple(v["address"] for k, v in state["nodes"].items()
                       if k != name and v.get("master_via")) if not n["master_via"] else ()
+        # A master is told its slaves' names: its HA stream limit counts them.
+        slaves = tuple(k for k, v in state["nodes"].items()
+                       if k != name and v.get("master_via")) if not n["master_via"] else ()
         refusal = self._path("nodes", name, REFUSAL_FILE)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(refusal)  # this start says anew
         args = ns.node_args(data_dir=self._path("nodes", name, "data"),
                             listen=n["address"], master=n["master_via"],
                             token_file=self._path("token"), refusal_file=refusal,
-                            repair_from=peers)
+                            repair_from=peers, slaves=slaves)
         log_path = self._path("nodes", name, "node.log")
         with open(append_no_link(log_path), "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "

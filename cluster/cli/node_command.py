@@ -48,6 +48,13 @@ def register_node(sub: Any) -> None:
     p.add_argument("--ha-ship-limit", default="wrote", choices=[x.value for x in ShipLimit],
                    help="ship bytes up to the master's written or flushed position "
                    "(default wrote)")
+    p.add_argument("--ha-slave", action="append", default=[], metavar="NAME",
+                   help="a master: a slave it is configured with (repeatable); each may "
+                   "always hold one replication stream and stays in status while away "
+                   "(cluster backends name every slave)")
+    p.add_argument("--ha-extra-streams", type=int, default=2, metavar="N",
+                   help="a master: replication streams at once from names not given by "
+                   "--ha-slave; more are refused (default 2)")
     p.add_argument("--failpoints", default="",
                    help="name=crash|delay:MS@N,... (default: none armed)")
     add_corruption_policy(p)
@@ -141,6 +148,7 @@ def node_config_from_args(args: argparse.Namespace, *, token: str | None = None)
         housekeeping_interval_ms=args.ha_housekeeping_ms,
         slave_timeout_ms=args.slave_timeout_ms, max_gap_not_in_sync_bytes=args.ha_max_gap_bytes,
         reconnect_min_ms=args.ha_reconnect_min_ms, reconnect_max_ms=args.ha_reconnect_max_ms,
+        slaves=frozenset(args.ha_slave), extra_streams=args.ha_extra_streams,
     )
     try:
         return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir,

@@ -20,6 +20,7 @@ from ha.session import (
     Ship,
     SlaveSession,
     TruncateTo,
+    stream_refusal,
 )
 from ha.waiters import ReplicaWaitQueue
 from store.config import ConfigError
@@ -43,14 +44,25 @@ def test_first_report_sets_the_shipping_offset_and_batches_follow() -> None:
 
 
 def test_window_bounds_unacked_bytes_then_acks_reopen_it() -> None:
+    """The window starts at one batch and grows by what the slave acknowledges,
+    up to window_bytes (12 KiB here)."""
     s = established(0)
-    for i in range(3):
+    s.on_shipped(0, 4096, now_s=0.1)
+    assert s.next_ship(limit=10**6) is None  # one batch until the slave acks
+    assert s.on_report(4096, master_wrote=10**6, master_min=0, now_s=0.2) == Accept(4096)
+    for i in (1, 2):  # the window grew by the 4 KiB acknowledged
         ship = s.next_ship(limit=10**6)
         assert ship == Ship(i * 4096, 4096)
-        s.on_shipped(ship.offset, ship.offset + 4096, now_s=0.1)
-    assert s.next_ship(limit=10**6) is None  # 12 KiB in flight = window
-    assert s.on_report(4096, master_wrote=10**6, master_min=0, now_s=0.2) == Accept(4096)
-    assert s.next_ship(limit=10**6) == Ship(3 * 4096, 4096)
+        s.on_shipped(ship.offset, ship.offset + 4096, now_s=0.3)
+    assert s.next_ship(limit=10**6) is None
+    assert s.on_report(3 * 4096, master_wrote=10**6, master_min=0, now_s=0.4) == Accept(12288)
+    for i in (3, 4, 5):  # grown to window_bytes, and no further
+        ship = s.next_ship(limit=10**6)
+        assert ship == Ship(i * 4096, 4096)
+        s.on_shipped(ship.offset, ship.offset + 4096, now_s=0.5)
+    assert s.next_ship(limit=10**6) is None  # 12 KiB in flight = window_bytes
+    assert s.on_report(4 * 4096, master_wrote=10**6, master_min=0, now_s=0.6) == Accept(16384)
+    assert s.next_ship(limit=10**6) == Ship(6 * 4096, 4096)
 
 
 def test_small_ranges_wait_for_the_ack_and_then_go_out_together() -> None:
@@ -58,10 +70,19 @@ def test_small_ranges_wait_for_the_ack_and_then_go_out_together() -> None:
     assert s.next_ship(limit=100) == Ship(0, 100)  # nothing in flight: at once
     s.on_shipped(0, 100, now_s=0.0)
     assert s.next_ship(limit=300) is None  # 200 new bytes wait for the ack...
-    assert s.next_ship(limit=100 + 4096) == Ship(100, 4096)  # ...a full batch does not
-    s.on_shipped(100, 100 + 4096, now_s=0.0)
-    s.on_report(100 + 4096, master_wrote=10**6, master_min=0, now_s=0.0)
-    assert s.next_ship(limit=100 + 4096 + 700) == Ship(100 + 4096, 700)  # all of it, once
+    # ...and so does a full batch while the window is one batch (slow start)
+    assert s.next_ship(limit=100 + 4096) is None
+    s.on_report(100, master_wrote=10**6, master_min=0, now_s=0.0)  # window: 4096 + 100
+    assert s.next_ship(limit=200) == Ship(100, 100)
+    s.on_shipped(100, 200, now_s=0.0)
+    assert s.next_ship(limit=300) is None  # small: waits for the ack
+    s.on_report(200, master_wrote=10**6, master_min=0, now_s=0.0)  # window: 4096 + 200
+    assert s.next_ship(limit=300) == Ship(200, 100)
+    s.on_shipped(200, 300, now_s=0.0)
+    assert s.next_ship(limit=300 + 4096) == Ship(300, 4096)  # a full batch that fits: does not
+    s.on_shipped(300, 300 + 4096, now_s=0.0)
+    s.on_report(300 + 4096, master_wrote=10**6, master_min=0, now_s=0.0)
+    assert s.next_ship(limit=300 + 4096 + 700) == Ship(300 + 4096, 700)  # all of it, once
 
 
 def test_reports_going_backwards_or_past_what_was_shipped_close_the_stream() -> None:
@@ -232,4 +253,64 @@ def test_any_report_sequence_keeps_acked_le_shipped_and_never_raises(
         if s.established:
             assert s.acked is not None and s.shipped is not None
             assert s.acked <= s.shipped
-            assert s.shipped - s.acked <= cfg.window_bytes + cfg.batch_bytes
+            assert s.shipped - s.acked <= s.window <= cfg.window_bytes
+
+
+# ------------------------------------------------- what a stream may hold
+def test_a_peer_that_never_acks_holds_one_batch_and_expires_while_reporting() -> None:
+    """A peer that keeps reporting its first offset but reads nothing gets one
+    batch (not the whole window), and its stream expires one housekeeping
+    interval after that batch went out, however often it reports."""
+    s = established(0)
+    s.on_shipped(0, 4096, now_s=1.0)
+    assert s.next_ship(limit=10**6) is None
+    for t in (2.0, 3.0, 4.0, 5.0):
+        assert s.on_report(0, master_wrote=10**6, master_min=0, now_s=t) == Accept(0)
+        assert s.next_ship(limit=10**6) is None
+        assert s.expiry(t) is None
+    assert s.expires_in(5.5) == pytest.approx(0.5)
+    why = s.expiry(6.0)
+    assert why is not None and "acknowledged none of the 4096 bytes" in why
+    assert "not reading" in why
+
+
+def test_acks_restart_the_stall_clock_and_a_caught_up_stream_never_stalls() -> None:
+    s = established(0)
+    s.on_shipped(0, 4096, now_s=0.0)
+    s.on_report(1000, master_wrote=10**6, master_min=0, now_s=4.0)  # partial ack
+    assert s.expiry(8.0) is None and s.expiry(9.0) is not None
+    s.on_report(4096, master_wrote=10**6, master_min=0, now_s=8.5)  # all of it
+    s.on_report(4096, master_wrote=10**6, master_min=0, now_s=13.0)
+    assert s.unacked_since is None and s.expiry(17.0) is None
+
+
+def test_the_window_grows_with_acks_only_up_to_window_bytes() -> None:
+    s = established(0)
+    acked = 0
+    for _ in range(10):
+        while (ship := s.next_ship(limit=10**6)) is not None:
+            s.on_shipped(ship.offset, ship.offset + ship.max_bytes, now_s=0.0)
+        assert s.shipped is not None and s.shipped - acked <= CFG.window_bytes
+        acked = s.shipped
+        s.on_report(acked, master_wrote=10**6, master_min=0, now_s=0.0)
+    assert s.window == CFG.window_bytes
+
+
+def test_streams_beyond_the_configured_slaves_and_margin_are_refused() -> None:
+    cfg = CFG.with_(slaves=frozenset({"slave1", "slave2"}), extra_streams=1)
+    assert stream_refusal("slave1", cfg, {"slave2", "x"}) is None  # configured: always
+    assert stream_refusal("x", cfg, {"slave1", "slave2"}) is None  # the one extra
+    why = stream_refusal("y", cfg, {"slave1", "x"})
+    assert why is not None and "slave y is not one this master is configured with" in why
+    assert "configured slaves: slave1, slave2" in why and "(x)" in why
+    assert "--ha-slave" in why and "--ha-extra-streams" in why
+    bare = CFG.with_(extra_streams=2)
+    assert stream_refusal("a", bare, {"b"}) is None
+    assert "no --ha-slave configured" in str(stream_refusal("c", bare, {"a", "b"}))
+
+
+def test_ha_slave_names_and_the_margin_are_validated() -> None:
+    with pytest.raises(ConfigError, match="--ha-slave name '../x' is not allowed"):
+        HAConfig(slaves=frozenset({"../x"})).validate()
+    with pytest.raises(ConfigError, match="--ha-extra-streams"):
+        HAConfig(extra_streams=-1).validate()
