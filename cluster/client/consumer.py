@@ -61,7 +61,7 @@ import grpc
 from cluster.client.node_client import CHANNEL_OPTIONS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
-from store.names import queue_id_problem, topic_problem
+from store.names import group_problem, queue_id_problem, topic_problem
 from store.segments import fsync_dir
 
 MODES = ("cluster", "broadcast")
@@ -177,9 +177,7 @@ class Consumer:
             raise ConsumerError(f"mode {mode!r}: use cluster or broadcast")
         if mode == "broadcast" and not offset_file:
             raise ConsumerError("broadcast mode keeps offsets in a local file: pass offset_file")
-        if not group or "@" in group:
-            raise ConsumerError(f"group {group!r}: give a non-empty name without '@'")
-        if problem := topic_problem(topic):
+        if problem := group_problem(group) or topic_problem(topic):
             raise ConsumerError(problem)
         if not token:
             raise ConsumerError("the cluster token is empty (it is in the cluster's DIR/token)")
