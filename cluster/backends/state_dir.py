@@ -30,6 +30,15 @@ STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 
 
+class NodeRefusedError(BackendError):
+    """A node would not open its store (corruption under the refuse or a
+    failed repair policy): the cluster around it is fine."""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 class ClusterDir:
     directory: str | None
     name: str  # the backend's name, recorded in the state as "backend"
@@ -139,7 +148,7 @@ class ClusterDir:
                 if output is not None:
                     refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
                     if refused:
-                        raise BackendError(f"node {name} refused to start: {refused}")
+                        raise NodeRefusedError(name, f"node {name} refused to start: {refused}")
                     raise BackendError(f"node {name} exited during start; {output}")
                 try:
                     resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
