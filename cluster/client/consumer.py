@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.client.node_client import CHANNEL_OPTIONS
+from cluster.client.node_client import CHANNEL_OPTIONS, MIN_CONNECT_TIMEOUT_MS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.names import group_problem, queue_id_problem, topic_problem
@@ -69,10 +69,12 @@ MAX_PULL_BATCH = 1024  # the node refuses more (cluster/node/consume_service.py)
 # After a round that reached no node (RocketMQ waits 3 s after a pull
 # exception; shorter here, so a master back is read from soon).
 UNAVAILABLE_RETRY_S = 0.5
-# Reconnect soon after a node comes back (grpc's default backoff grows to 120 s).
+# Reconnect soon after a node comes back (grpc's default backoff grows to
+# 120 s); each attempt gets node_client's connect timeout (what gRPC calls
+# the min reconnect backoff).
 RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", MIN_CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 OFFSET_FILE_VERSION = 1
