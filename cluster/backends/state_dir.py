@@ -139,10 +139,14 @@ class ClusterDir:
                       exit_output: Callable[[], str | None], see: str) -> None:
         """Until node `name`'s gRPC health service answers SERVING at
         `address` (what a container's health check asks, without waiting for
-        Docker's interval). `exit_output()` is None while the node runs, else
-        what it left to read (a log tail); `see` says where to look next."""
+        Docker's interval), and then an authenticated Status call: the RPC a
+        client makes, through the address it uses (on compose, the published
+        port and docker-proxy). `exit_output()` is None while the node runs,
+        else what it left to read (a log tail); `see` says where to look next."""
+        metadata = token_metadata(read_token_file(self._path("token")))
         with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
+            broker = broker_pb2_grpc.BrokerStub(channel)
             while True:
                 output = exit_output()
                 if output is not None:
@@ -153,9 +157,14 @@ class ClusterDir:
                 try:
                     resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
                     if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        broker.Status(broker_pb2.StatusRequest(), timeout=2.0,
+                                      metadata=metadata)
                         return
-                except grpc.RpcError:
-                    pass
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        raise BackendError(
+                            f"node {name} refuses the cluster's token ({exc.details()}): "
+                            f"it was started with another token file; see {see}") from None
                 if time.monotonic() > deadline:
                     raise BackendError(
                         f"node {name} did not become healthy in time: nothing answered a "
