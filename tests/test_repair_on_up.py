@@ -3,7 +3,8 @@ master holds a damaged flushed record its slave holds intact: the master
 repairs from the slave every time (the slaves start first, and a repairing
 node waits for a replica to answer), and an `up` that fails on a refusal
 leaves the cluster so `dlab cluster start master --corruption-policy
-repair` works (cluster/backends/local.py, cluster/node/repair.py)."""
+repair` works — on the local and compose backends
+(cluster/backends/local.py, compose.py, cluster/node/repair.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 from cli_helpers import dlab, ok
+from compose_support import needs_engine, one_engine_user
 from ha_helpers import FAST, wait_until
 
 from chaos.readback import read_back
-from cluster.backends.local import LocalBackend
 from cluster.backends.procs import free_ports
+from cluster.backends.registry import backend_of
 from cluster.client.node_client import NodeClient
 from cluster.node.repair import grpc_repair_source
 from store.segments import segment_name
@@ -31,7 +33,7 @@ UP = ("--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH", "--slaves", "1",
 
 
 def msg_ids(d: str, name: str) -> list[str | None]:
-    b = LocalBackend(d)
+    b = backend_of(d)
     with NodeClient(b.node(name).address, token=b.token(), timeout_s=10) as c:
         return [r.msg_id for r in c.read_all()]
 
@@ -62,12 +64,17 @@ def flip(d: str, nth: int) -> int:
     return int(victim["offset"])
 
 
-@pytest.fixture
-def stopped(tmp_path: str) -> Iterator[tuple[str, list[str | None]]]:
+@pytest.fixture(params=["local", pytest.param("compose", marks=[needs_engine,
+                                                                   one_engine_user])])
+def stopped(request: pytest.FixtureRequest, tmp_path: str
+            ) -> Iterator[tuple[str, list[str | None], tuple[str, ...]]]:
     """A stopped cluster (`cluster down`) whose master and slave hold the
-    same COUNT messages over several segments; and those messages' ids."""
+    same COUNT messages over several segments; those messages' ids; and the
+    `cluster up` arguments that made it (compose starts every node at once:
+    there the master's repair waits for its slave)."""
     d = os.path.join(str(tmp_path), "c")
-    ok("cluster", "up", "--dir", d, *UP)
+    up = (*UP, "--backend", request.param)
+    ok("cluster", "up", "--dir", d, *up)
     try:
         out = ok("send", "--dir", d, "--count", str(COUNT), "--size", "200",
                  "--concurrency", "8")
@@ -79,17 +86,17 @@ def stopped(tmp_path: str) -> Iterator[tuple[str, list[str | None]]]:
         ok("cluster", "down", "--dir", d)
     assert len(expected) == COUNT
     try:
-        yield d, expected
+        yield d, expected, up
     finally:
         dlab("cluster", "down", "--dir", d)
 
 
 def test_up_with_repair_repairs_the_master_every_time(
-        stopped: tuple[str, list[str | None]]) -> None:
-    d, expected = stopped
+        stopped: tuple[str, list[str | None], tuple[str, ...]]) -> None:
+    d, expected, up = stopped
     for attempt in range(3):
         bad = flip(d, attempt)
-        r = dlab("cluster", "up", "--dir", d, *UP, "--corruption-policy", "repair")
+        r = dlab("cluster", "up", "--dir", d, *up, "--corruption-policy", "repair")
         assert r.returncode == 0 and "Traceback" not in r.stderr, (attempt, r.stderr)
         rec = master_recovery(d)
         assert rec["corruption_action"] == "repaired", (attempt, rec)
@@ -99,10 +106,10 @@ def test_up_with_repair_repairs_the_master_every_time(
 
 
 def test_a_refused_up_leaves_the_cluster_for_start_with_repair(
-        stopped: tuple[str, list[str | None]]) -> None:
-    d, expected = stopped
+        stopped: tuple[str, list[str | None], tuple[str, ...]]) -> None:
+    d, expected, up = stopped
     bad = flip(d, 0)
-    r = dlab("cluster", "up", "--dir", d, *UP)  # the default policy: refuse
+    r = dlab("cluster", "up", "--dir", d, *up)  # the default policy: refuse
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "node master refused to start" in r.stderr and f"at offset {bad}" in r.stderr
     ok("cluster", "start", "master", "--dir", d, "--corruption-policy", "repair")

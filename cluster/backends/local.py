@@ -131,7 +131,7 @@ class LocalBackend(ClusterDir):
                 self._start_all(state, spec, time.monotonic() + timeout_s)
             except NodeRefusedError as exc:
                 self._save(state)  # the others keep running: see _start_all
-                raise BackendError(f"{exc} {self._after_refusal(state, exc.node)}") from None
+                raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
             except BaseException:
                 self._save(state)
                 self._down_locked(state)
@@ -157,15 +157,6 @@ class LocalBackend(ClusterDir):
         if refusals:
             raise refusals[0]
         self._wait_replicating(state, deadline)
-
-    def _after_refusal(self, state: dict[str, Any], refused: str) -> str:
-        # A refusal leaves the cluster as it is, so the documented next
-        # step (README, "Corruption") works: start that node with a policy.
-        running = [n for n in state["nodes"] if proc_state(_pid(state["nodes"][n])) != "gone"]
-        return (f"The cluster in {self._dir()} stays ({', '.join(running) or 'no node'} "
-                f"running): `dlab cluster start {refused} --dir {self._dir()} "
-                "--corruption-policy repair` (or truncate), or `dlab cluster down --dir "
-                f"{self._dir()}`.")
 
     def _start_proxy(self, state: dict[str, Any], name: str) -> None:
         p = state["proxies"][name]

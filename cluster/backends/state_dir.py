@@ -172,6 +172,14 @@ class ClusterDir:
                         f"(--listen); see {see}")
                 time.sleep(0.05)
 
+    def _refusal_hint(self, refused: str) -> str:
+        # A refusal in `up` leaves the cluster as it is, so the documented
+        # next step (README, "Corruption") works: start that node with a policy.
+        d = self._dir()
+        return (f"The other nodes of the cluster in {d} keep running: `dlab cluster start "
+                f"{refused} --dir {d} --corruption-policy repair` (or truncate), or "
+                f"`dlab cluster down --dir {d}`.")
+
     def _wait_replicating(self, state: dict[str, Any], deadline: float) -> None:
         """Until the master reports every slave's replication stream
         connected, so `up` hands over a cluster whose first SYNC_MASTER put
