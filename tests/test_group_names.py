@@ -91,6 +91,11 @@ def test_a_table_of_huge_bad_groups_never_stops_the_other_groups_sync(tmp_path: 
             "t@good": {"0": 7}}, 30, "the good group's sync despite six huge bad ones")
         sync = status(b, tok, "slave1")["consume"]["offset_sync"]
         assert sync["syncs"] >= 1 and sync["last_error"] == ""
+        # `cluster status` shows such a group escaped and cut, never raw.
+        shown = dlab("cluster", "status", "--dir", str(tmp_path))
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+        assert "\x00" not in shown.stdout and len(shown.stdout) < 20_000
+        assert "t@good 0:7" in shown.stdout and "+6 malformed offset entries" in shown.stdout
         master_log = Path(b.node("master").log_path).read_text(errors="replace")
         assert "WARNING" in master_log and "consumer offset sync leaves out 6 entries" in \
             master_log

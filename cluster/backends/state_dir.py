@@ -147,6 +147,7 @@ class ClusterDir:
         with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             broker = broker_pb2_grpc.BrokerStub(channel)
+            last = "nothing answered a health check"
             while True:
                 output = exit_output()
                 if output is not None:
@@ -157,6 +158,7 @@ class ClusterDir:
                 try:
                     resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
                     if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        last = "its Status call failed"
                         broker.Status(broker_pb2.StatusRequest(), timeout=2.0,
                                       metadata=metadata)
                         return
@@ -165,11 +167,12 @@ class ClusterDir:
                         raise BackendError(
                             f"node {name} refuses the cluster's token ({exc.details()}): "
                             f"it was started with another token file; see {see}") from None
+                    if last != "nothing answered a health check":
+                        last = f"its Status call failed: {exc.code().name} {exc.details()}"
                 if time.monotonic() > deadline:
                     raise BackendError(
-                        f"node {name} did not become healthy in time: nothing answered a "
-                        f"health check at {address}, the address the cluster gave it "
-                        f"(--listen); see {see}")
+                        f"node {name} did not become healthy in time: {last} at {address}, "
+                        f"the address the cluster gave it (--listen); see {see}")
                 time.sleep(0.05)
 
     def _refusal_hint(self, refused: str) -> str:

@@ -314,6 +314,9 @@ def consume_summary(st: dict[str, Any], *, max_items: int = 6) -> str:
              f"queues [{first([f'{k} {lo}..{hi}' for k, (lo, hi) in sorted(queues.items())])}]",
              "offsets [" + first([f"{_printable(k)} " + " ".join(f"{q}:{o}" for q, o in sorted(
                  v.items(), key=lambda x: int(x[0]))) for k, v in sorted(offsets.items())]) + "]"]
+    if consume.get("malformed_offset_entries"):
+        parts.append(f"+{consume['malformed_offset_entries']} malformed offset entries "
+                     "(not shown, not synced)")
     sync = consume.get("offset_sync")
     if sync:
         parts.append(f"synced {sync['syncs']}x" + (f" ({sync['last_error'][:60]})"

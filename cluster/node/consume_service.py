@@ -167,6 +167,14 @@ def sync_table(table: dict[str, dict[int, int]], max_bytes: int = OFFSET_SYNC_MA
     return "{" + ", ".join(parts) + "}", left_out
 
 
+def status_offsets(table: dict[str, dict[int, int]]) -> tuple[dict[str, dict[int, int]], int]:
+    """The table as a node's status shows it: the well-formed entries, and
+    how many others it leaves out (a table persisted before groups were
+    checked may hold megabyte names; a status must still fit a reply)."""
+    shown = {k: v for k, v in table.items() if key_problem(k) is None}
+    return shown, len(table) - len(shown)
+
+
 def table_json(store: MessageStore) -> str:
     text, left_out = sync_table(store.consumer_offsets.snapshot())
     if left_out:
