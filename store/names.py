@@ -1,5 +1,5 @@
 """Names that become file paths: topics and queue ids (and, reusing the
-same rule, the names peers give themselves).
+same rule, the names peers give themselves and consumer groups).
 
 A topic names a directory (`consumequeue/<topic>/<queue id>/`), so it is
 checked on every way in — a put, a pull or offset commit, a directory found
@@ -13,6 +13,12 @@ against the topic's writeQueueNums; this lab has no topic table, so the
 bound is one number, large enough for any test and small enough that a
 stray id cannot make millions of directories.
 
+A consumer group names an entry of the offset table, shipped to slaves and
+shown by `cluster status`: RocketMQ checks it with the topic's characters
+and at most 255 characters (Validators.checkGroup, CHARACTER_MAX_LENGTH), so
+no group carries '@' (the table's `topic@group` separator), a control
+character or a megabyte into a slave's sync.
+
 Pure: strings in, a problem (a sentence naming the rule) or None out.
 """
 
@@ -25,6 +31,7 @@ TOPIC_MAX_LENGTH = 127  # RocketMQ's TopicValidator.TOPIC_MAX_LENGTH
 TOPIC_RULE = "letters, digits, '%', '|', '_' and '-' only (^[%|a-zA-Z0-9_-]+$)"
 _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_QUEUE_ID = 1023
+GROUP_MAX_LENGTH = 255  # RocketMQ's Validators.CHARACTER_MAX_LENGTH
 
 
 def name_problem(kind: str, name: str, max_length: int) -> str | None:
@@ -52,6 +59,11 @@ def topic_problem(topic: str) -> str | None:
 def _short_topic_problem(topic: str) -> str | None:
     # Cached: the put path asks about the same few topics again and again.
     return name_problem("topic", topic, TOPIC_MAX_LENGTH)
+
+
+def group_problem(group: str) -> str | None:
+    """What is wrong with `group` as a consumer group, or None."""
+    return name_problem("consumer group", group, GROUP_MAX_LENGTH)
 
 
 def queue_id_problem(queue_id: int) -> str | None:

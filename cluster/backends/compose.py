@@ -56,7 +56,13 @@ from cluster.backends.interface import (
 )
 from cluster.backends.local import MALLOC_ENV, spec_from_dict, spec_to_dict
 from cluster.backends.procs import free_ports
-from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
+from cluster.backends.state_dir import (
+    STATE_FILE,
+    STATE_VERSION,
+    ClusterDir,
+    NodeRefusedError,
+    check_name,
+)
 from cluster.node.role import Role
 
 if TYPE_CHECKING:
@@ -310,9 +316,17 @@ class ComposeBackend(ClusterDir):
             try:
                 self._compose(state, "up", "--detach", "--no-build")
                 deadline = time.monotonic() + timeout_s
+                refusals: list[NodeRefusedError] = []
                 for ns in spec.nodes:
-                    self._wait_healthy(state, ns.name, deadline)
+                    try:
+                        self._wait_healthy(state, ns.name, deadline)
+                    except NodeRefusedError as exc:
+                        refusals.append(exc)  # the others still serve: a repair needs them
+                if refusals:
+                    raise refusals[0]
                 self._wait_replicating(state, deadline)
+            except NodeRefusedError as exc:  # the cluster stays for `cluster start`
+                raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
             except BaseException:
                 with contextlib.suppress(BackendError):
                     self._down_locked(state)

@@ -40,7 +40,13 @@ from cluster.backends.interface import (
     read_refusal,
 )
 from cluster.backends.procs import ChildProcesses, ProcId, free_ports
-from cluster.backends.state_dir import STATE_FILE, STATE_VERSION, ClusterDir, check_name
+from cluster.backends.state_dir import (
+    STATE_FILE,
+    STATE_VERSION,
+    ClusterDir,
+    NodeRefusedError,
+    check_name,
+)
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
@@ -123,20 +129,35 @@ class LocalBackend(ClusterDir):
                                              "pid": None, "start_time": None, "cut": False}
             self._save(state)
             try:
-                for name in state["proxies"]:
-                    self._start_proxy(state, name)
-                for ns in spec.nodes:
-                    self._spawn_node(state, ns.name)
-                self._save(state)
-                deadline = time.monotonic() + timeout_s
-                for ns in spec.nodes:
-                    self._wait_healthy(state, ns.name, deadline)
-                self._wait_replicating(state, deadline)
+                self._start_all(state, spec, time.monotonic() + timeout_s)
+            except NodeRefusedError as exc:
+                self._save(state)  # the others keep running: see _start_all
+                raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
             except BaseException:
                 self._save(state)
                 self._down_locked(state)
                 raise
             return [self._info(state, n) for n in state["nodes"]]
+
+    def _start_all(self, state: dict[str, Any], spec: ClusterSpec, deadline: float) -> None:
+        """Proxies, then the slaves, then the master once the slaves serve:
+        a master that recovers with corruption_policy repair fetches from
+        its slaves before it listens itself (cluster/node/repair.py)."""
+        for name in state["proxies"]:
+            self._start_proxy(state, name)
+        refusals: list[NodeRefusedError] = []
+        for group in (spec.slaves, (spec.master,)):
+            for ns in group:
+                self._spawn_node(state, ns.name)
+            self._save(state)
+            for ns in group:
+                try:
+                    self._wait_healthy(state, ns.name, deadline)
+                except NodeRefusedError as exc:
+                    refusals.append(exc)  # the others still start: a repair needs them
+        if refusals:
+            raise refusals[0]
+        self._wait_replicating(state, deadline)
 
     def _start_proxy(self, state: dict[str, Any], name: str) -> None:
         p = state["proxies"][name]

@@ -31,6 +31,15 @@ STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 
 
+class NodeRefusedError(BackendError):
+    """A node would not open its store (corruption under the refuse or a
+    failed repair policy): the cluster around it is fine."""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 class ClusterDir:
     directory: str | None
     name: str  # the backend's name, recorded in the state as "backend"
@@ -131,29 +140,49 @@ class ClusterDir:
                       exit_output: Callable[[], str | None], see: str) -> None:
         """Until node `name`'s gRPC health service answers SERVING at
         `address` (what a container's health check asks, without waiting for
-        Docker's interval). `exit_output()` is None while the node runs, else
-        what it left to read (a log tail); `see` says where to look next."""
+        Docker's interval), and then an authenticated Status call: the RPC a
+        client makes, through the address it uses (on compose, the published
+        port and docker-proxy). `exit_output()` is None while the node runs,
+        else what it left to read (a log tail); `see` says where to look next."""
+        metadata = token_metadata(read_token_file(self._path("token")))
         with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
+            broker = broker_pb2_grpc.BrokerStub(channel)
+            last = "nothing answered a health check"
             while True:
                 output = exit_output()
                 if output is not None:
                     refused = read_refusal(self._path("nodes", name, REFUSAL_FILE))
                     if refused:
-                        raise BackendError(f"node {name} refused to start: {refused}")
+                        raise NodeRefusedError(name, f"node {name} refused to start: {refused}")
                     raise BackendError(f"node {name} exited during start; {output}")
                 try:
                     resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
                     if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        last = "its Status call failed"
+                        broker.Status(broker_pb2.StatusRequest(), timeout=2.0,
+                                      metadata=metadata)
                         return
-                except grpc.RpcError:
-                    pass
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        raise BackendError(
+                            f"node {name} refuses the cluster's token ({exc.details()}): "
+                            f"it was started with another token file; see {see}") from None
+                    if last != "nothing answered a health check":
+                        last = f"its Status call failed: {exc.code().name} {exc.details()}"
                 if time.monotonic() > deadline:
                     raise BackendError(
-                        f"node {name} did not become healthy in time: nothing answered a "
-                        f"health check at {address}, the address the cluster gave it "
-                        f"(--listen); see {see}")
+                        f"node {name} did not become healthy in time: {last} at {address}, "
+                        f"the address the cluster gave it (--listen); see {see}")
                 time.sleep(0.05)
+
+    def _refusal_hint(self, refused: str) -> str:
+        # A refusal in `up` leaves the cluster as it is, so the documented
+        # next step (README, "Corruption") works: start that node with a policy.
+        d = self._dir()
+        return (f"The other nodes of the cluster in {d} keep running: `dlab cluster start "
+                f"{refused} --dir {d} --corruption-policy repair` (or truncate), or "
+                f"`dlab cluster down --dir {d}`.")
 
     def _wait_replicating(self, state: dict[str, Any], deadline: float) -> None:
         """Until the master reports every slave's replication stream

@@ -14,6 +14,15 @@ def topic_name(text: str) -> str:
     return text
 
 
+def group_name(text: str) -> str:
+    """A consumer group as every node accepts it (store/names.py, RocketMQ's rule)."""
+    from store.names import group_problem
+
+    if problem := group_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def address(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:

@@ -12,7 +12,7 @@ import random
 import sys
 from typing import Any
 
-from cluster.cli.arg_types import address, topic_name
+from cluster.cli.arg_types import address, group_name, topic_name
 from store.tools.cli_args import UserError, non_negative_float, parse_size, positive_int
 
 
@@ -161,7 +161,8 @@ examples:
                        help="a node's address, master first (repeat for slaves; needs "
                             "--token-file)")
     p.add_argument("--token-file", help="the cluster token (default DIR/token with --dir)")
-    p.add_argument("--group", required=True, help="the consumer group")
+    p.add_argument("--group", type=group_name, required=True,
+                   help="the consumer group (1..255 of letters, digits, '%%', '|', '_', '-')")
     p.add_argument("--topic", type=topic_name, required=True, help="the topic to consume")
     p.add_argument("--mode", choices=["cluster", "broadcast"], default="cluster",
                    help="where offsets live: the broker (cluster, the default) or "

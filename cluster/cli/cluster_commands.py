@@ -287,6 +287,15 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 1 if down else 0
 
 
+def _printable(key: str) -> str:
+    # Nodes refuse such groups (store/names.py), but a table persisted
+    # before that may still hold one: never a control character or a
+    # megabyte on the operator's terminal.
+    if key.isprintable() and len(key) <= 400:
+        return key
+    return repr(key[:80]) + (f"...({len(key)} characters)" if len(key) > 80 else "")
+
+
 def consume_summary(st: dict[str, Any], *, max_items: int = 6) -> str:
     """One line of a node's consume side: how far consumers may read, each
     queue's (min, max) and the offset table's groups."""
@@ -299,8 +308,11 @@ def consume_summary(st: dict[str, Any], *, max_items: int = 6) -> str:
         return ", ".join(items[:max_items]) + more
     parts = [f"consume: confirmed={st.get('confirmed_offset', '-')}",
              f"queues [{first([f'{k} {lo}..{hi}' for k, (lo, hi) in sorted(queues.items())])}]",
-             "offsets [" + first([f"{k} " + " ".join(f"{q}:{o}" for q, o in sorted(
+             "offsets [" + first([f"{_printable(k)} " + " ".join(f"{q}:{o}" for q, o in sorted(
                  v.items(), key=lambda x: int(x[0]))) for k, v in sorted(offsets.items())]) + "]"]
+    if consume.get("malformed_offset_entries"):
+        parts.append(f"+{consume['malformed_offset_entries']} malformed offset entries "
+                     "(not shown, not synced)")
     sync = consume.get("offset_sync")
     if sync:
         parts.append(f"synced {sync['syncs']}x" + (f" ({sync['last_error'][:60]})"

@@ -58,21 +58,23 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.client.node_client import CHANNEL_OPTIONS
+from cluster.client.node_client import CHANNEL_OPTIONS, MIN_CONNECT_TIMEOUT_MS
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.log.segments import fsync_dir
-from store.names import queue_id_problem, topic_problem
+from store.names import group_problem, queue_id_problem, topic_problem
 
 MODES = ("cluster", "broadcast")
 MAX_PULL_BATCH = 1024  # the node refuses more (cluster/node/consume_service.py)
 # After a round that reached no node (RocketMQ waits 3 s after a pull
 # exception; shorter here, so a master back is read from soon).
 UNAVAILABLE_RETRY_S = 0.5
-# Reconnect soon after a node comes back (grpc's default backoff grows to 120 s).
+# Reconnect soon after a node comes back (grpc's default backoff grows to
+# 120 s); each attempt gets node_client's connect timeout (what gRPC calls
+# the min reconnect backoff).
 RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", MIN_CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 OFFSET_FILE_VERSION = 1
@@ -177,9 +179,7 @@ class Consumer:
             raise ConsumerError(f"mode {mode!r}: use cluster or broadcast")
         if mode == "broadcast" and not offset_file:
             raise ConsumerError("broadcast mode keeps offsets in a local file: pass offset_file")
-        if not group or "@" in group:
-            raise ConsumerError(f"group {group!r}: give a non-empty name without '@'")
-        if problem := topic_problem(topic):
+        if problem := group_problem(group) or topic_problem(topic):
             raise ConsumerError(problem)
         if not token:
             raise ConsumerError("the cluster token is empty (it is in the cluster's DIR/token)")

@@ -40,11 +40,19 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
-# For a caller that polls a node while it starts: retry the connection every
-# few ms instead of grpc's default 1 s (growing) reconnect backoff.
+# How long one connection attempt may take, TCP connect to the server's
+# HTTP/2 SETTINGS. gRPC core reads "grpc.min_reconnect_backoff_ms" as this
+# minimum connect timeout, not as a backoff (default 20 s, never under
+# 100 ms): set to a few ms it failed calls with "connection attempt timed
+# out before receiving SETTINGS frame" wherever the handshake is slow — a
+# loaded machine, docker-proxy in front of a container (docs/design.md).
+MIN_CONNECT_TIMEOUT_MS = 5_000
+# For a caller that polls a node while it starts: retry a refused connection
+# every few ms instead of grpc's default 1 s (growing) reconnect backoff,
+# and give each attempt the connect timeout above.
 FAST_RECONNECT = [
     ("grpc.initial_reconnect_backoff_ms", 5),
-    ("grpc.min_reconnect_backoff_ms", 5),
+    ("grpc.min_reconnect_backoff_ms", MIN_CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 50),
 ]
 

@@ -17,6 +17,13 @@ the slave's entry (SlaveSynchronize's putAll), so what consumers committed
 to the slave survives only for groups the master does not know. The gaps
 between a commit, the broker's persist (5 s) and the slave's sync are where
 duplicates come from.
+
+The sync is bounded (decision): the master ships only entries whose topic
+and group pass store/names.py, and at most OFFSET_SYNC_MAX_BYTES of them
+(well inside gRPC's default 4 MiB message), leaving the rest out with a
+WARNING; the slave takes each well-formed entry and skips (with a WARNING)
+a malformed one. So no entry, however big or odd, stops the other groups'
+sync.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import grpc
 from ha.credentials import TOKEN_METADATA_KEY
 from ha.transport.grpc_transport import grpc_stub
 from proto import broker_pb2
-from store.names import queue_id_problem, topic_problem
+from store.names import group_problem, queue_id_problem, topic_problem
 from store.status import GetMessageStatus
 from store.store import MessageStore
 
@@ -46,6 +53,10 @@ DEFAULT_PULL = 32
 # fit (RocketMQ caps a pull by bytes too, maxTransferBytesOnMessageInMemory).
 MAX_PULL_BYTES = 8 * 1024 * 1024
 SLAVE_ROLE = "SLAVE"
+# The JSON a master sends a syncing slave stops near this size: under
+# gRPC's default 4 MiB receive limit of the slave's channel, with room for
+# the message's framing (see the module doc).
+OFFSET_SYNC_MAX_BYTES = 3 * 1024 * 1024
 # The statuses whose next offset is nextOffsetCorrection's (a master's move).
 _CORRECTIONS = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE,
                           GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
@@ -104,10 +115,15 @@ def queue_info(store: MessageStore, req: broker_pb2.QueueInfoRequest
     return out
 
 
+def _check_group(group: str) -> None:
+    # RocketMQ's rule (store/names.py): the table's keys stay short and printable.
+    if problem := group_problem(group):
+        raise BadConsumeRequest(problem)
+
+
 def commit_offset(store: MessageStore, req: broker_pb2.CommitOffsetRequest) -> None:
     _check_queue(req.topic, req.queue_id)
-    if not req.group or "@" in req.group:
-        raise BadConsumeRequest("group must be a non-empty name without '@'")
+    _check_group(req.group)
     if req.offset < 0:
         raise BadConsumeRequest(f"offset {req.offset} is negative")
     store.consumer_offsets.commit(req.group, req.topic, req.queue_id, req.offset)
@@ -116,19 +132,76 @@ def commit_offset(store: MessageStore, req: broker_pb2.CommitOffsetRequest) -> N
 def query_offset(store: MessageStore, req: broker_pb2.QueryOffsetRequest
                  ) -> broker_pb2.QueryOffsetResponse:
     _check_queue(req.topic, req.queue_id)
-    if not req.group or "@" in req.group:
-        raise BadConsumeRequest("group must be a non-empty name without '@'")
+    _check_group(req.group)
     found = store.consumer_offsets.query(req.group, req.topic, req.queue_id)
     return broker_pb2.QueryOffsetResponse(found=found is not None, offset=found or 0)
 
 
+def key_problem(key: object) -> str | None:
+    """What is wrong with `key` as an offset table key (`topic@group`)."""
+    if not isinstance(key, str) or "@" not in key:
+        return f"key {str(key)[:80]!r} is not topic@group"
+    topic, _, group = key.partition("@")
+    return topic_problem(topic) or group_problem(group)
+
+
+def sync_table(table: dict[str, dict[int, int]], max_bytes: int = OFFSET_SYNC_MAX_BYTES
+               ) -> tuple[str, list[str]]:
+    """The JSON a master sends a syncing slave, and what it left out (each
+    a sentence): entries with a bad key, and those past `max_bytes`."""
+    parts: list[str] = []
+    left_out: list[str] = []
+    size = 2  # the braces
+    for key in sorted(table):
+        if problem := key_problem(key):
+            left_out.append(problem)
+            continue
+        part = json.dumps(key) + ": " + json.dumps(
+            {str(q): o for q, o in sorted(table[key].items())})
+        if size + len(part) + 2 > max_bytes:
+            left_out.append(f"{key} and what sorts after it: the table is over "
+                            f"{max_bytes} bytes")
+            break
+        parts.append(part)
+        size += len(part) + 2
+    return "{" + ", ".join(parts) + "}", left_out
+
+
+def status_offsets(table: dict[str, dict[int, int]]) -> tuple[dict[str, dict[int, int]], int]:
+    """The table as a node's status shows it: the well-formed entries, and
+    how many others it leaves out (a table persisted before groups were
+    checked may hold megabyte names; a status must still fit a reply)."""
+    shown = {k: v for k, v in table.items() if key_problem(k) is None}
+    return shown, len(table) - len(shown)
+
+
 def table_json(store: MessageStore) -> str:
-    return json.dumps(store.consumer_offsets.snapshot())
+    text, left_out = sync_table(store.consumer_offsets.snapshot())
+    if left_out:
+        log.warning("consumer offset sync leaves out %d entr%s: %s", len(left_out),
+                    "y" if len(left_out) == 1 else "ies", "; ".join(left_out[:5]))
+    return text
 
 
-def parse_table(text: str) -> dict[str, dict[int, int]]:
+def parse_table(text: str) -> tuple[dict[str, dict[int, int]], list[str]]:
+    """A master's table as a slave takes it: the well-formed entries, and a
+    sentence for each one skipped. Raises ValueError only when the text is
+    not a JSON object at all."""
     raw = json.loads(text)
-    return {str(k): {int(q): int(o) for q, o in v.items()} for k, v in raw.items()}
+    if not isinstance(raw, dict):
+        raise ValueError("the offset table is not a JSON object")
+    table: dict[str, dict[int, int]] = {}
+    skipped: list[str] = []
+    for key, queues in raw.items():
+        problem = key_problem(key)
+        if problem is None:
+            try:
+                table[key] = {int(q): int(o) for q, o in queues.items()}
+                continue
+            except (AttributeError, TypeError, ValueError):
+                problem = f"{key}: queues are not {{queue id: offset}}"
+        skipped.append(problem)
+    return table, skipped
 
 
 def merge_from_master(mine: dict[str, dict[int, int]], masters: dict[str, dict[int, int]]
@@ -174,17 +247,21 @@ async def _sync_loop(store: MessageStore, stub: Any, master: str, token: str,
             resp = await stub.GetConsumerOffsets(
                 broker_pb2.ConsumerOffsetsRequest(),
                 metadata=((TOKEN_METADATA_KEY, token),), timeout=5)
-            table = parse_table(resp.table_json)
+            table, skipped = parse_table(resp.table_json)
         except (grpc.aio.AioRpcError, ValueError) as exc:
             detail = (f"{exc.code().name}: {exc.details()}"
-                      if isinstance(exc, grpc.aio.AioRpcError) else str(exc))
-            if detail != state.last_error:
-                log.info("consumer offset sync from %s failed: %s", master, detail)
+                      if isinstance(exc, grpc.aio.AioRpcError) else str(exc))[:300]
+            if detail != state.last_error:  # every group's sync stopped: a WARNING
+                log.warning("consumer offset sync from %s failed: %s", master, detail)
             state.last_error = detail
             continue
         state.syncs += 1
         state.last_sync_ms = now_ms()
-        state.last_error = ""
+        note = f"skipped {len(skipped)} bad entr{'y' if len(skipped) == 1 else 'ies'}"
+        if skipped and note != state.last_error:  # the other groups were synced
+            log.warning("consumer offset sync from %s %s: %s", master, note,
+                        "; ".join(skipped[:5]))
+        state.last_error = note if skipped else ""
         mine = store.consumer_offsets.snapshot()
         merged = merge_from_master(mine, table)
         if merged != mine:

@@ -357,6 +357,7 @@ class Node:
         assert store is not None
         st = store.state()
         cfg = self.config
+        offsets, bad_offsets = consume_service.status_offsets(store.consumer_offsets.snapshot())
         msg = broker_pb2.NodeStatus(
             name=cfg.name, role=self.role.value, flush_mode=st["flush_mode"],
             crash_model=st["crash_model"], min_offset=st["min_offset"], flushed=st["flushed"],
@@ -368,7 +369,7 @@ class Node:
             consume_json=json.dumps({
                 "queues": {f"{t}/{q}": store.queue_offsets(t, q)
                            for t, qs in store.topic_queues().items() for q in qs},
-                "offsets": store.consumer_offsets.snapshot(),
+                "offsets": offsets, "malformed_offset_entries": bad_offsets,
                 "consume_queue_error": st.get("consume_queue_error"),
                 "consumer_offsets_error": st.get("consumer_offsets_error"),
                 "offset_sync": (None if self._offset_sync_state is None

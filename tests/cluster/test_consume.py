@@ -344,7 +344,7 @@ def test_consumer_arguments_and_offset_files_are_checked(tmp_path: Path) -> None
     ok = dict(targets="127.0.0.1:1", token="t", group="g", topic="t")
     for bad, fix in (({"mode": "pull"}, "cluster or broadcast"),
                      ({"mode": "broadcast"}, "offset_file"),
-                     ({"group": "a@b"}, "without '@'"),
+                     ({"group": "a@b"}, "consumer group 'a@b' is not allowed"),
                      ({"topic": ""}, "topic is empty"),
                      ({"targets": []}, "no target"),
                      ({"pull_batch": 5000}, "1..1024"),
