@@ -30,7 +30,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from cluster.node.auth import read_token_file
-from cluster.node.wire import message_to_pb, status_from_pb
+from cluster.node.wire import grpc_limit_for, message_to_pb, status_from_pb
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
@@ -40,6 +40,23 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+
+
+def merged_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """CHANNEL_OPTIONS with `extra` in place of any it names (a channel
+    given one key twice does not promise which value holds)."""
+    return list({**dict(CHANNEL_OPTIONS), **dict(extra)}.items())
+
+
+def send_options(body_bytes: int) -> list[tuple[str, Any]]:
+    """Channel options for sending bodies of `body_bytes`: the client's own
+    gRPC limit never refuses a put the node would take (CHANNEL_OPTIONS'
+    64 MiB also carries a write of many small messages, WRITE_MAX_*)."""
+    send = max(dict(CHANNEL_OPTIONS)["grpc.max_send_message_length"],
+               grpc_limit_for(body_bytes))
+    return [("grpc.max_send_message_length", send)]
+
+
 # For a caller that polls a node while it starts: retry the connection every
 # few ms instead of grpc's default 1 s (growing) reconnect backoff.
 FAST_RECONNECT = [
@@ -283,7 +300,7 @@ class AsyncNodeClient:
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
         self._channel = grpc.aio.insecure_channel(address,
-                                                  options=[*CHANNEL_OPTIONS, *channel_options])
+                                                  options=merged_options(channel_options))
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._stream: _SendStream | None = None
 
@@ -336,6 +353,13 @@ class AsyncNodeClient:
     async def status(self, *, timeout_s: float | None = None) -> broker_pb2.NodeStatus:
         return await self._call("Status", broker_pb2.StatusRequest(), timeout_s)
 
+    async def max_message_size(self, *, timeout_s: float | None = None) -> int | None:
+        """The largest body the node stores (its max_message_size_bytes,
+        from the config its status reports); None if it does not say."""
+        st = await self.status(timeout_s=timeout_s)
+        size = json.loads(st.config_json or "{}").get("store", {}).get("max_message_size_bytes")
+        return size if isinstance(size, int) else None
+
     async def read(self, offset: int, max_bytes: int = 1 << 20, *,
                    timeout_s: float | None = None) -> ReadChunk:
         resp = await self._call("Read", broker_pb2.ReadRequest(offset=offset,
@@ -365,7 +389,7 @@ class NodeClient:
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
         self._channel = None if stub is not None else grpc.insecure_channel(
-            address, options=[*CHANNEL_OPTIONS, *channel_options])
+            address, options=merged_options(channel_options))
         self._stub = stub if stub is not None else broker_pb2_grpc.BrokerStub(self._channel)
 
     def __enter__(self) -> NodeClient:

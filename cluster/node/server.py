@@ -43,7 +43,13 @@ from cluster.node.guards import MalformedRequestInterceptor
 from cluster.node.repair import grpc_repair_source
 from cluster.node.role import Role
 from cluster.node.send_stream import End, SendSession
-from cluster.node.wire import message_from_pb, peer_host, result_to_pb
+from cluster.node.wire import (
+    MAX_BODY_BYTES,
+    grpc_limit_for,
+    message_from_pb,
+    peer_host,
+    result_to_pb,
+)
 from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
@@ -111,9 +117,25 @@ class NodeConfig:
                 raise ConfigError(f"--repair-from {addr!r}: expected HOST:PORT")
         if self.consumer_offset_sync_interval_ms < 1:
             raise ConfigError("--consumer-offset-sync-ms must be at least 1")
+        if self.store.max_message_size_bytes > MAX_BODY_BYTES:
+            raise ConfigError(f"max_message_size_bytes {self.store.max_message_size_bytes}: "
+                              f"at most {MAX_BODY_BYTES} (a put travels as one gRPC message, "
+                              "which gRPC caps at 2 GiB)")
         self.store.validate()
         self.ha.validate()
         return self
+
+
+def server_options(max_message_size_bytes: int) -> list[tuple[str, Any]]:
+    """The node's gRPC server options: HA's, with a receive limit that lets
+    the largest put the store accepts through (the store, not gRPC, refuses
+    a body over max_message_size with MESSAGE_ILLEGAL)."""
+    receive = max(dict(HA_CHANNEL_OPTIONS)["grpc.max_receive_message_length"],
+                  grpc_limit_for(max_message_size_bytes))
+    options = {**dict(HA_CHANNEL_OPTIONS), "grpc.max_receive_message_length": receive}
+    # No SO_REUSEPORT: a second node on the same port must fail to start,
+    # not share the port with the first.
+    return [("grpc.so_reuseport", 0), *options.items()]
 
 
 def _plain(v: Any) -> Any:
@@ -176,9 +198,7 @@ class Node:
             return
         self.server = grpc.aio.server(
             interceptors=[TokenInterceptor(cfg.token), MalformedRequestInterceptor()],
-            # No SO_REUSEPORT: a second node on the same port must fail to
-            # start, not share the port with the first.
-            options=[("grpc.so_reuseport", 0), *HA_CHANNEL_OPTIONS],
+            options=server_options(cfg.store.max_message_size_bytes),
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
         services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
