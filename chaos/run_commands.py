@@ -14,6 +14,7 @@ from typing import Any
 from chaos import compare_backends, replay, scenarios
 from chaos.launch import make_run, results_dir, scenario_list
 from chaos.matrix import MatrixConfig, MatrixOutcome
+from chaos.matrix_plan import write_plan
 from chaos.plan import plan_run
 from chaos.progress import MatrixProgress
 from chaos.runner import CORRUPTION_POLICIES, FLUSHES, ROLES, RunConfig
@@ -142,6 +143,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                        roles=args.roles, flushes=args.flushes, template=template,
                        corruption_policies=policies)
     cells = cfg.cells()
+    configs = cfg.run_configs()
+    # Before the first run: a report over an interrupted matrix names what
+    # is missing (chaos/matrix_plan.py).
+    write_plan(args.out, [c.run_id for c in configs])
     print(f"matrix: {len(cfg.roles)} roles x {len(cfg.flushes)} flush modes x "
           f"{len(names)} scenarios x {len(policies)} corruption polic"
           f"{'y' if len(policies) == 1 else 'ies'} x {runs} run(s) = {len(cells)} runs on "
@@ -153,9 +158,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             sc = stack.enter_context(sweep_context(args.spark_master, args.out))
         with MatrixProgress(len(cells)) as progress:
             if sc is not None:
-                outcome, results = run_sweep(sc, cfg.run_configs(), on_done=progress.done)
+                outcome, results = run_sweep(sc, configs, on_done=progress.done)
             else:
-                outcome, results = run_in_order(cfg.run_configs(), on_done=progress.done)
+                outcome, results = run_in_order(configs, on_done=progress.done)
         return _matrix_end(args, outcome, [r.run_id for r in results if r.violated])
 
 
@@ -356,7 +361,8 @@ def register(sub: Any, bench_sub: Any) -> None:
                         "(local[*]) or a cluster (--spark-master), and the report runs in the "
                         "same Spark session.",
                         epilog=MATRIX_EXIT)
-    p.add_argument("--out", required=True, help="results directory (runs/ and report/ inside)")
+    p.add_argument("--out", required=True, help="results directory (plan.json, runs/ and "
+                   "report/ inside)")
     p.add_argument("--quick", action="store_true",
                    help=f"a first look: {len(ROLES) * len(FLUSHES)} modes x the "
                    f"{len(scenarios.QUICK_MATRIX)} scenarios {', '.join(scenarios.QUICK_MATRIX)}"
