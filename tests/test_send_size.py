@@ -2,7 +2,8 @@
 is refused before anything is sent (exit 2, naming the maximum and the
 option), and a size up to it is stored even where it is over the gRPC
 limits a channel has by default (the client's 64 MiB send limit, the
-node's 128 MiB receive limit): gRPC is never the limit a put meets first."""
+node's 128 MiB receive limit): gRPC is never the limit a put meets first,
+nor what keeps the message from a consumer."""
 
 from __future__ import annotations
 
@@ -68,5 +69,10 @@ def test_a_max_over_the_grpc_defaults_is_reached_by_grpc(tmp_path: str) -> None:
         assert _wrote(d) > 130 * MIB
         r = dlab("send", "--dir", d, "--count", "1", "--size", "131MiB")
         assert r.returncode == 2 and "(130MiB)" in r.stderr, r.stderr
+        # And it comes back to a consumer: one pull carries it whole.
+        r = dlab("consume", "--dir", d, "--group", "g", "--topic", "dlab-load", "--max", "1",
+                 timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\t")[4] == f"{130 * MIB}B", r.stdout
     finally:
         dlab("cluster", "down", "--dir", d)

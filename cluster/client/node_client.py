@@ -30,14 +30,22 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from cluster.node.auth import read_token_file
-from cluster.node.wire import grpc_limit_for, message_to_pb, status_from_pb
+from cluster.node.wire import (
+    GRPC_MESSAGE_LIMIT_BYTES,
+    grpc_limit_for,
+    message_to_pb,
+    status_from_pb,
+)
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
 from store.status import INDETERMINATE
 
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # What a node sends is bounded by the node (a pull by MAX_PULL_BYTES and
+    # one message, a read by MAX_READ_BYTES), so take any size gRPC carries:
+    # a message up to the node's max message size must reach a consumer.
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
 

@@ -127,12 +127,13 @@ class NodeConfig:
 
 
 def server_options(max_message_size_bytes: int) -> list[tuple[str, Any]]:
-    """The node's gRPC server options: HA's, with a receive limit that lets
-    the largest put the store accepts through (the store, not gRPC, refuses
-    a body over max_message_size with MESSAGE_ILLEGAL)."""
-    receive = max(dict(HA_CHANNEL_OPTIONS)["grpc.max_receive_message_length"],
-                  grpc_limit_for(max_message_size_bytes))
-    options = {**dict(HA_CHANNEL_OPTIONS), "grpc.max_receive_message_length": receive}
+    """The node's gRPC server options: HA's, with limits that let the
+    largest message the store accepts through, in a put and in a pull (the
+    store, not gRPC, refuses a body over max_message_size with
+    MESSAGE_ILLEGAL)."""
+    options: dict[str, Any] = dict(HA_CHANNEL_OPTIONS)
+    for key in ("grpc.max_receive_message_length", "grpc.max_send_message_length"):
+        options[key] = max(options[key], grpc_limit_for(max_message_size_bytes))
     # No SO_REUSEPORT: a second node on the same port must fail to start,
     # not share the port with the first.
     return [("grpc.so_reuseport", 0), *options.items()]
