@@ -50,8 +50,8 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
                    help="Spark master URL (default: local Spark on every core); on a "
                         "cluster the DIRs must be at the same path on every executor")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON object (runs, violations, left out, each run's "
-                        "verdict row) and nothing else on stdout")
+                   help="print one JSON object (runs, violations, left out, planned and "
+                        "missing runs, each run's verdict row) and nothing else on stdout")
     p.set_defaults(handler=cmd_report)
 
 
