@@ -11,6 +11,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from chaos.check.matrix_plan import write_plan
 from chaos.check.summary import fault_lines, outcome_line, run_outcome
 from chaos.commands import compare_backends, replay
 from chaos.harness import scenarios
@@ -158,6 +159,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                        roles=args.roles, flushes=args.flushes, template=template,
                        corruption_policies=policies)
     cells = cfg.cells()
+    configs = cfg.run_configs()
+    # Before the first run: a report over an interrupted matrix names what
+    # is missing (chaos/check/matrix_plan.py).
+    write_plan(args.out, [c.run_id for c in configs])
     print(f"matrix: {len(cfg.roles)} roles x {len(cfg.flushes)} flush modes x "
           f"{len(names)} scenarios x {len(policies)} corruption polic"
           f"{'y' if len(policies) == 1 else 'ies'} x {runs} run(s) = {len(cells)} runs on "
@@ -169,9 +174,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             sc = stack.enter_context(sweep_context(args.spark_master, args.out))
         with MatrixProgress(len(cells)) as progress:
             if sc is not None:
-                outcome, results = run_sweep(sc, cfg.run_configs(), on_done=progress.done)
+                outcome, results = run_sweep(sc, configs, on_done=progress.done)
             else:
-                outcome, results = run_in_order(cfg.run_configs(), on_done=progress.done)
+                outcome, results = run_in_order(configs, on_done=progress.done)
         return _matrix_end(args, outcome, [r.run_id for r in results if r.violated])
 
 
@@ -374,7 +379,8 @@ def register(sub: Any, bench_sub: Any) -> None:
                         "(local[*]) or a cluster (--spark-master), and the report runs in the "
                         "same Spark session.",
                         epilog=MATRIX_EXIT)
-    p.add_argument("--out", required=True, help="results directory (runs/ and report/ inside)")
+    p.add_argument("--out", required=True, help="results directory (plan.json, runs/ and "
+                   "report/ inside)")
     p.add_argument("--quick", action="store_true",
                    help=f"a first look: {len(ROLES) * len(FLUSHES)} modes x the "
                    f"{len(scenarios.QUICK_MATRIX)} scenarios {', '.join(scenarios.QUICK_MATRIX)}"

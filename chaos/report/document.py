@@ -35,6 +35,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from chaos.check import promises, rates
+from chaos.check.matrix_plan import PlanCoverage
 from chaos.check.run_dirs import Problem, RunInfo
 from chaos.report import run_pages
 
@@ -649,9 +650,30 @@ def plot_slave_ahead(out_dir: str, verdicts: pd.DataFrame) -> str:
     return _save(fig, out_dir, "slave_ahead.png")
 
 
+def _with_coverage(blocks: list[Block], coverage: Sequence[PlanCoverage]) -> list[Block]:
+    """The document with, for each matrix missing planned runs, a warning
+    under the first line (how many of the planned runs it covers) and,
+    before the glossary, every missing run by name: a report over an
+    interrupted matrix must not read as the whole of it."""
+    incomplete = [c for c in coverage if c.missing]
+    if not incomplete:
+        return blocks
+    warning = [("p", f"**Warning: {c.summary(max_named=5)}.** The figures below cover only "
+                     "the runs found (the missing ones are listed at the end).")
+               for c in incomplete]
+    listed: list[Block] = [("h2", "Planned runs missing")]
+    for c in incomplete:
+        listed += [("p", f"{c.plan.path}: {c.found} of {c.planned} planned runs found; "
+                         f"no run directory for:"), ("ul", list(c.missing))]
+    glossary = next(i for i, (kind, text) in enumerate(blocks)
+                    if kind == "h2" and text == "Glossary")
+    return [*blocks[:2], *warning, *blocks[2:glossary], *listed, *blocks[glossary:]]
+
+
 def write_report(out_dir: str, *, verdicts: pd.DataFrame, comparison: pd.DataFrame,
                  timeline: pd.DataFrame, runs: Sequence[RunInfo],
-                 problems: Sequence[Problem], lost: pd.DataFrame | None = None) -> list[str]:
+                 problems: Sequence[Problem], lost: pd.DataFrame | None = None,
+                 coverage: Sequence[PlanCoverage] = ()) -> list[str]:
     """Write the plots, the run pages, report.md and report.html; returns
     their paths."""
     os.makedirs(os.path.join(out_dir, PLOTS), exist_ok=True)
@@ -667,6 +689,7 @@ def write_report(out_dir: str, *, verdicts: pd.DataFrame, comparison: pd.DataFra
     lost_plots = [(run_id, pages.plots[run_id], run_page(run_id)) for run_id in featured
                   if run_id in pages.plots]
     blocks = _document(verdicts, comparison, problems, plots, lost_plots)
+    blocks = _with_coverage(blocks, coverage)
     paths = [os.path.join(out_dir, rel) for _, rel in plots] + pages.paths
     for name, text in (("report.md", render_markdown(blocks)),
                        ("report.html", render_html(blocks))):

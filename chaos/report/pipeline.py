@@ -90,7 +90,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from chaos.check import consumption, kept_stores, promises, slave_ahead
+from chaos.check import consumption, kept_stores, matrix_plan, promises, slave_ahead
 from chaos.check.run_dirs import (
     NEVER_MS,
     Problem,
@@ -139,6 +139,12 @@ class ReportSummary:
     comparison: pd.DataFrame
     timeline: pd.DataFrame
     files: list[str] = field(default_factory=list)
+    # Per matrix plan found with the runs: the planned runs not among them.
+    coverage: list[matrix_plan.PlanCoverage] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        return sum(len(c.missing) for c in self.coverage)
 
     @property
     def violations(self) -> int:
@@ -465,6 +471,10 @@ def build_report(
     no run."""
     progress = progress or QuietProgress()
     dirs = find_run_dirs(run_dirs)
+    plans, unread = matrix_plan.find_plans(run_dirs)
+    for message in unread:
+        progress.step(f"{message}; whether that matrix is complete is not known")
+    coverage = matrix_plan.coverage(plans, dirs)
     progress.step(f"reading {len(dirs)} run director{'y' if len(dirs) == 1 else 'ies'}")
     with progress.items(len(dirs), "runs") as tick:
         runs, problems = load_runs(dirs, tick)
@@ -500,7 +510,7 @@ def build_report(
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)
         # Inside: the consume figures and run pages read the re-read records.
-        return _write(runs, problems, results, out_dir, progress)
+        return _write(runs, problems, results, out_dir, progress, coverage)
 
 
 def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dict[int, str]:
@@ -548,7 +558,8 @@ def lost_table(runs: Sequence[RunInfo], figures: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.DataFrame],
-           out_dir: str, progress: Progress) -> ReportSummary:
+           out_dir: str, progress: Progress,
+           coverage: Sequence[matrix_plan.PlanCoverage] = ()) -> ReportSummary:
     assert all(r.index == i for i, r in enumerate(runs))  # results are keyed by index
     for run_index, message in _malformed(runs, results).items():
         progress.step(f"left out: {message}")
@@ -597,6 +608,8 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
                 table.to_parquet(path, index=False)
             files.append(path)
     files += report.write_report(out_dir, verdicts=verdicts, comparison=comparison,
-                                 timeline=timeline, runs=good, problems=problems, lost=lost)
+                                 timeline=timeline, runs=good, problems=problems, lost=lost,
+                                 coverage=coverage)
     return ReportSummary(out_dir=out_dir, runs=len(good), problems=problems, verdicts=verdicts,
-                         comparison=comparison, timeline=timeline, files=files)
+                         comparison=comparison, timeline=timeline, files=files,
+                         coverage=list(coverage))

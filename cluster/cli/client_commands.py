@@ -24,7 +24,8 @@ def register_send(sub: Any) -> None:
         "counts as INDETERMINATE (maybe stored), never lost.",
         epilog="exit status: 0 when at least one message was stored (PUT_OK); 1 when none "
         "was (every put refused or failed: the statuses and the node's reason are on "
-        "stderr); 2 for bad input or a token the node refused.",
+        "stderr); 2 for bad input (such as a --size over the node's max message size) or "
+        "a token the node refused.",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
@@ -37,7 +38,9 @@ def register_send(sub: Any) -> None:
     p.add_argument("--count", type=positive_int, default=1000,
                    help="messages to send (default 1000)")
     p.add_argument("--size", type=parse_size, default=1024,
-                   help="body size: bytes or with a unit, e.g. 4KiB (default 1024 bytes)")
+                   help="body size: bytes or with a unit, e.g. 4KiB (default 1024 bytes); "
+                   "at most the node's max message size (its --max-message-size), which "
+                   "is asked of the node before sending")
     p.add_argument("--rate", type=non_negative_float, default=0.0, metavar="PER_S",
                    help="messages per second in total (default 0: as fast as possible)")
     p.add_argument("--concurrency", type=positive_int, default=1,
@@ -80,11 +83,13 @@ def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: 
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from cluster.client.node_client import AsyncNodeClient
+    from cluster.client.node_client import AsyncNodeClient, send_options
     from cluster.client.sendload import format_report, run_load
+    from cluster.node.wire import MAX_BODY_BYTES
 
-    if args.size > 64 << 20:
-        raise UserError("--size: at most 64MiB")
+    if args.size > MAX_BODY_BYTES:
+        raise UserError(f"--size: at most {MAX_BODY_BYTES} bytes (a put travels as one gRPC "
+                        "message, which gRPC caps at 2 GiB)")
     if args.to_deprecated:
         print("dlab send: --to is deprecated: use --target (as `dlab consume` does)",
               file=sys.stderr)
@@ -92,7 +97,9 @@ def cmd_send(args: argparse.Namespace) -> int:
     (addr, *_), token = _targets_and_token(args, [given] if given else None, "--target")
 
     async def go() -> Any:
-        async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0) as c:
+        async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0,
+                                   channel_options=send_options(args.size)) as c:
+            await _check_size(c, args.size, args.timeout or 10.0)
             return await run_load(c, count=args.count, size=args.size,
                                   concurrency=args.concurrency, rate=args.rate,
                                   topic=args.topic, max_seconds=args.max_seconds or 300.0,
@@ -116,6 +123,26 @@ def cmd_send(args: argparse.Namespace) -> int:
         f"{status} x{n}" + (f" ({reasons[status]})" if reasons.get(status) else "")
         for status, n in sorted(counts.items())), file=sys.stderr)
     return 1
+
+
+async def _check_size(client: Any, size: int, timeout_s: float) -> None:
+    """Refuse (exit 2) a --size over the node's max message size before
+    sending anything: each put would only come back MESSAGE_ILLEGAL. A node
+    that cannot be asked is left to the load, whose puts report why."""
+    import grpc
+
+    from cluster.client.node_client import NodeCallError
+    from cluster.client.sendload import size_refusal
+
+    try:
+        max_size = await client.max_message_size(timeout_s=timeout_s)
+    except NodeCallError as exc:
+        if exc.code == grpc.StatusCode.UNAUTHENTICATED:
+            raise UserError(f"the node refused the token: {exc}") from None
+        return
+    refusal = None if max_size is None else size_refusal(size, max_size)
+    if refusal is not None:
+        raise UserError(refusal)
 
 
 # --------------------------------------------------------------- consume

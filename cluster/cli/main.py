@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cluster.backends.interface import BackendError
-from cluster.cli import bench, commands, image
+from cluster.cli import bench, closed_pipe, commands, image
 from store.config import ConfigError
 from store.seams.lock import StoreLockedError
 from store.store import StoreOpenError
@@ -58,8 +58,25 @@ def build_parser(register: Sequence[Register] = REGISTER) -> argparse.ArgumentPa
 
 
 def main(argv: Sequence[str] | None = None, register: Sequence[Register] = REGISTER) -> int:
+    try:
+        try:
+            status = _run(argv, register)
+        except SystemExit:  # argparse's --help and usage errors: flush them here too
+            closed_pipe.flush_output()
+            raise
+        closed_pipe.flush_output()
+    except BrokenPipeError:
+        # The reader of our output stopped early (`... | head`): not an error
+        # worth a traceback (cluster/cli/closed_pipe.py).
+        if not closed_pipe.silence_closed_output():
+            raise
+        return closed_pipe.EXIT_CLOSED_PIPE
+    return status
+
+
+def _run(argv: Sequence[str] | None, register: Sequence[Register]) -> int:
     parser = build_parser(register)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help writes to stdout (and exits) here
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
         return int(handler(args) or 0)

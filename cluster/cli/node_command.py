@@ -51,7 +51,7 @@ def register_node(sub: Any) -> None:
     p.add_argument("--ha-slave", action="append", default=[], metavar="NAME",
                    help="a master: a slave it is configured with (repeatable); each may "
                    "always hold one replication stream and stays in status while away "
-                   "(cluster backends name every slave)")
+                   "(cluster backends name every slave; default: none)")
     p.add_argument("--ha-extra-streams", type=int, default=2, metavar="N",
                    help="a master: replication streams at once from names not given by "
                    "--ha-slave; more are refused (default 2)")

@@ -30,16 +30,41 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from cluster.node.auth import read_token_file
-from cluster.node.wire import message_to_pb, status_from_pb
+from cluster.node.wire import (
+    GRPC_MESSAGE_LIMIT_BYTES,
+    grpc_limit_for,
+    message_to_pb,
+    status_from_pb,
+)
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.log.record import BLANK_MAGIC, UNIQ_KEY, Message, Record, decode, peek
 from store.status import INDETERMINATE
 
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # What a node sends is bounded by the node (a pull by MAX_PULL_BYTES and
+    # one message, a read by MAX_READ_BYTES), so take any size gRPC carries:
+    # a message up to the node's max message size must reach a consumer.
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+
+
+def merged_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """CHANNEL_OPTIONS with `extra` in place of any it names (a channel
+    given one key twice does not promise which value holds)."""
+    return list({**dict(CHANNEL_OPTIONS), **dict(extra)}.items())
+
+
+def send_options(body_bytes: int) -> list[tuple[str, Any]]:
+    """Channel options for sending bodies of `body_bytes`: the client's own
+    gRPC limit never refuses a put the node would take (CHANNEL_OPTIONS'
+    64 MiB also carries a write of many small messages, WRITE_MAX_*)."""
+    send = max(dict(CHANNEL_OPTIONS)["grpc.max_send_message_length"],
+               grpc_limit_for(body_bytes))
+    return [("grpc.max_send_message_length", send)]
+
+
 # How long one connection attempt may take, TCP connect to the server's
 # HTTP/2 SETTINGS. gRPC core reads "grpc.min_reconnect_backoff_ms" as this
 # minimum connect timeout, not as a backoff (default 20 s, never under
@@ -291,7 +316,7 @@ class AsyncNodeClient:
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
         self._channel = grpc.aio.insecure_channel(address,
-                                                  options=[*CHANNEL_OPTIONS, *channel_options])
+                                                  options=merged_options(channel_options))
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._stream: _SendStream | None = None
 
@@ -344,6 +369,13 @@ class AsyncNodeClient:
     async def status(self, *, timeout_s: float | None = None) -> broker_pb2.NodeStatus:
         return await self._call("Status", broker_pb2.StatusRequest(), timeout_s)
 
+    async def max_message_size(self, *, timeout_s: float | None = None) -> int | None:
+        """The largest body the node stores (its max_message_size_bytes,
+        from the config its status reports); None if it does not say."""
+        st = await self.status(timeout_s=timeout_s)
+        size = json.loads(st.config_json or "{}").get("store", {}).get("max_message_size_bytes")
+        return size if isinstance(size, int) else None
+
     async def read(self, offset: int, max_bytes: int = 1 << 20, *,
                    timeout_s: float | None = None) -> ReadChunk:
         resp = await self._call("Read", broker_pb2.ReadRequest(offset=offset,
@@ -373,7 +405,7 @@ class NodeClient:
         self.timeout_s = timeout_s
         self._metadata = token_metadata(token)
         self._channel = None if stub is not None else grpc.insecure_channel(
-            address, options=[*CHANNEL_OPTIONS, *channel_options])
+            address, options=merged_options(channel_options))
         self._stub = stub if stub is not None else broker_pb2_grpc.BrokerStub(self._channel)
 
     def __enter__(self) -> NodeClient:

@@ -64,6 +64,26 @@ class LoadReport:
         }
 
 
+def _iec(n: int) -> str:
+    """A byte count as `--size` takes it: 4MiB, 80KiB or 1000 (bytes)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def size_refusal(size: int, max_message_size: int) -> str | None:
+    """Why a load of `size`-byte bodies is refused before it starts: every
+    put would come back MESSAGE_ILLEGAL from a node storing at most
+    `max_message_size` bytes of body. None when it fits."""
+    if size <= max_message_size:
+        return None
+    return (f"--size {_iec(size)} is over the node's maximum message size of "
+            f"{max_message_size} bytes ({_iec(max_message_size)}): give --size "
+            f"{_iec(max_message_size)} or less, or start the nodes with a larger "
+            "--max-message-size")
+
+
 def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list (0.0 for an empty one)."""
     if not sorted_values:

@@ -42,7 +42,11 @@ from cluster.node.put_answer import PutAnswer
 from cluster.node.repair import grpc_repair_source
 from cluster.node.role import Role
 from cluster.node.send_stream import End, SendSession
-from cluster.node.wire import peer_host
+from cluster.node.wire import (
+    MAX_BODY_BYTES,
+    grpc_limit_for,
+    peer_host,
+)
 from ha.config import HAConfig
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
@@ -108,9 +112,26 @@ class NodeConfig:
                 raise ConfigError(f"--repair-from {addr!r}: expected HOST:PORT")
         if self.consumer_offset_sync_interval_ms < 1:
             raise ConfigError("--consumer-offset-sync-ms must be at least 1")
+        if self.store.max_message_size_bytes > MAX_BODY_BYTES:
+            raise ConfigError(f"max_message_size_bytes {self.store.max_message_size_bytes}: "
+                              f"at most {MAX_BODY_BYTES} (a put travels as one gRPC message, "
+                              "which gRPC caps at 2 GiB)")
         self.store.validate()
         self.ha.validate()
         return self
+
+
+def server_options(max_message_size_bytes: int) -> list[tuple[str, Any]]:
+    """The node's gRPC server options: HA's, with limits that let the
+    largest message the store accepts through, in a put and in a pull (the
+    store, not gRPC, refuses a body over max_message_size with
+    MESSAGE_ILLEGAL)."""
+    options: dict[str, Any] = dict(HA_CHANNEL_OPTIONS)
+    for key in ("grpc.max_receive_message_length", "grpc.max_send_message_length"):
+        options[key] = max(options[key], grpc_limit_for(max_message_size_bytes))
+    # No SO_REUSEPORT: a second node on the same port must fail to start,
+    # not share the port with the first.
+    return [("grpc.so_reuseport", 0), *options.items()]
 
 
 def _plain(v: Any) -> Any:
@@ -201,9 +222,7 @@ class Node:
         assert store is not None
         self.server = grpc.aio.server(
             interceptors=[TokenInterceptor(cfg.token), MalformedRequestInterceptor()],
-            # No SO_REUSEPORT: a second node on the same port must fail to
-            # start, not share the port with the first.
-            options=[("grpc.so_reuseport", 0), *HA_CHANNEL_OPTIONS],
+            options=server_options(cfg.store.max_message_size_bytes),
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
         services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]

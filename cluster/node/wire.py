@@ -7,6 +7,23 @@ from proto import broker_pb2
 from store.log.record import Message
 from store.status import PutResult, PutStatus
 
+# What a Message takes on the wire beside its body: topic (up to 127 bytes),
+# properties (RocketMQ caps them at 32 KiB) and protobuf framing, with
+# room to spare.
+ENVELOPE_BYTES = 1 << 20
+# gRPC's limits on one message are int32s: the largest body any node can
+# take over gRPC (a --max-message-size above it is refused at start).
+GRPC_MESSAGE_LIMIT_BYTES = 2**31 - 1
+MAX_BODY_BYTES = GRPC_MESSAGE_LIMIT_BYTES - ENVELOPE_BYTES
+
+
+def grpc_limit_for(body_bytes: int) -> int:
+    """The gRPC max send/receive length that lets a message of `body_bytes`
+    through: the node's max message size, not gRPC, must be the limit a put
+    meets first."""
+    return min(body_bytes + ENVELOPE_BYTES, GRPC_MESSAGE_LIMIT_BYTES)
+
+
 _STATUS_TO_PB = {s: broker_pb2.PutStatus.Value(s.value) for s in PutStatus}
 _PB_TO_STATUS = {v: k for k, v in _STATUS_TO_PB.items()}
 

@@ -56,17 +56,20 @@ def test_send_json_is_the_only_stdout_and_exits_0_with_a_put_ok(cdir: str) -> No
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_send_with_no_put_ok_exits_1_and_says_why(cdir: str, json_flag: list[str]) -> None:
-    # Bodies over the nodes' --max-message-size (64KiB in FAST): every put is
-    # refused as MESSAGE_ILLEGAL, nothing stored.
-    r = dlab("send", "--dir", cdir, "--count", "3", "--size", "80KiB", *json_flag)
+    # A slave refuses every put (SERVICE_NOT_AVAILABLE), nothing stored. (A
+    # --size over the node's max is refused before sending: test_send_size.py.)
+    slave = _addresses(cdir)["slave1"]
+    r = dlab("send", "--target", slave, "--token-file", os.path.join(cdir, "token"),
+             "--count", "3", *json_flag)
     assert r.returncode == 1, (r.stdout, r.stderr)
-    assert "no message was stored (no PUT_OK of 3): MESSAGE_ILLEGAL x3 (" in r.stderr, r.stderr
+    assert "no message was stored (no PUT_OK of 3): SERVICE_NOT_AVAILABLE x3 (" in r.stderr, \
+        r.stderr
     if json_flag:
         summary = as_json(r)
-        assert summary["counts"] == {"MESSAGE_ILLEGAL": 3}
-        assert summary["details"]["MESSAGE_ILLEGAL"], summary
+        assert summary["counts"] == {"SERVICE_NOT_AVAILABLE": 3}
+        assert summary["details"]["SERVICE_NOT_AVAILABLE"], summary
     else:
-        assert "MESSAGE_ILLEGAL" in r.stdout  # the table, as without the refusal
+        assert "SERVICE_NOT_AVAILABLE" in r.stdout  # the table, as without the refusal
 
 
 def test_send_target_names_a_node_and_a_slave_refuses_every_put(cdir: str) -> None:
