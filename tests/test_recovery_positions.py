@@ -38,6 +38,7 @@ from store_helpers import (
 from store.checkpoint import END_AT, read_checkpoint
 from store.clock import ManualClock
 from store.config import TESTING, CorruptionPolicy
+from store.inspect import inspect_store
 from store.record import encode
 from store.recovery import DamageKind
 from store.segments import segment_name
@@ -241,3 +242,20 @@ def test_an_interrupted_truncation_is_completed_with_a_warning(
     assert any(f"completed a truncation at offset {cut}" in m
                and f"[{cut}, {stale_end})" in m for m in warnings), warnings
     assert f"[{cut}, {stale_end}) cleared" in report.summary
+
+
+@pytest.mark.parametrize("damage", ["zeros in the last millisecond", "zeroed middle segment"])
+def test_inspect_says_what_recovery_decides(tmp_path: Path, damage: str) -> None:
+    results = fill(tmp_path, 1500, clock=ManualClock())
+    if damage == "zeroed middle segment":
+        bad = SEG
+    else:
+        bad = results[-3].offset
+    zero_from(tmp_path, bad)
+    r = inspect_store(str(tmp_path))
+    assert r.recovery.truncates_at == bad  # not "truncates nothing"
+    assert r.recovery.first_bad_offset == bad
+    assert any("corruption of flushed data" in n and "does not open" in n
+               for n in r.recovery.notes), r.recovery.notes
+    assert any(f"every byte below offset {results[-1].end} as flushed" in p
+               for p in r.problems), r.problems
