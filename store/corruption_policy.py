@@ -180,7 +180,8 @@ def _refusal(path: str, what: str, damage: Damage, repaired: list[tuple[int, int
     return text + (
         f" Nothing was changed. Two ways on: {repair}, or accept the loss and start again "
         "with --corruption-policy truncate (RocketMQ's behaviour: cuts at "
-        f"{damage.offset}, losing {damage.records_past} record(s), {damage.bytes_lost} bytes).")
+        f"{damage.offset}, losing {damage.bytes_lost} bytes, with the {damage.records_past} "
+        "valid record(s) still among them).")
 
 
 def _repair(damage: Damage, segments: list[Segment], seg_size: int,

@@ -243,10 +243,15 @@ class Damage:
         if self.kind is DamageKind.FLUSHED:
             text = f"corruption of flushed data in {text}; {self.evidence}"
             if self.flushed_end is not None and self.bytes_lost > self.bytes_past:
+                # A hole: what was flushed there reads as zeros or garbage.
                 text += (f"; the {self.flushed_end - self.offset} flushed bytes from there to "
-                         f"{self.flushed_end} hold no valid record any more")
-            text += (f"; cutting there would lose {self.bytes_lost} bytes holding "
-                     f"{self.records_past} valid record(s)")
+                         f"{self.flushed_end} no longer hold valid records (acknowledged "
+                         f"records there are lost); cutting there would lose those "
+                         f"{self.bytes_lost} bytes and the {self.records_past} valid "
+                         "record(s) still among them")
+            else:
+                text += (f"; cutting there would lose {self.bytes_lost} bytes holding "
+                         f"{self.records_past} valid record(s)")
             return text + (f" ({self.note})" if self.note else "")
         return f"torn tail at {text}; {self.evidence}"
 

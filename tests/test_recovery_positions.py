@@ -98,7 +98,9 @@ def test_zeros_from_inside_the_checkpoints_millisecond_are_refused(
     seg = bad - bad % SEG
     assert f"commitlog/{segment_name(seg)} at offset {bad}" in text
     assert f"every byte below offset {results[-1].end} as flushed" in text
-    assert f"would lose {results[-1].end - bad} bytes" in text
+    assert f"the {results[-1].end - bad} flushed bytes from there" in text
+    assert "acknowledged records there are lost" in text
+    assert f"losing {results[-1].end - bad} bytes" in text
     d = err.damage
     assert (d.kind, d.offset, d.reason) == (DamageKind.FLUSHED, bad, "zeros")
 
@@ -247,10 +249,7 @@ def test_an_interrupted_truncation_is_completed_with_a_warning(
 @pytest.mark.parametrize("damage", ["zeros in the last millisecond", "zeroed middle segment"])
 def test_inspect_says_what_recovery_decides(tmp_path: Path, damage: str) -> None:
     results = fill(tmp_path, 1500, clock=ManualClock())
-    if damage == "zeroed middle segment":
-        bad = SEG
-    else:
-        bad = results[-3].offset
+    bad = SEG if damage == "zeroed middle segment" else results[-3].offset
     zero_from(tmp_path, bad)
     r = inspect_store(str(tmp_path))
     assert r.recovery.truncates_at == bad  # not "truncates nothing"
