@@ -5,14 +5,17 @@ record that was already fsynced, so a stale checkpoint makes recovery scan
 more, never less.
 
 This store adds one field in the page's free space, at 24 (RocketMQ leaves
-it zero): b"DLFE" then a long, the flushed END — every CommitLog byte below
-it had been fsynced when it was written. Timestamps cannot tell records
+it zero): b"DLFE", a long, the flushed END — every CommitLog byte below
+it had been fsynced when it was written — and a CRC-32 of both, so that a
+torn write of the page (a crash keeping a prefix of it) cannot pass off a
+mix of an old and a new end as a larger one. Timestamps cannot tell records
 stored in the same millisecond apart (nor survive a clock stepping back);
 a position can: recovery decides "flushed or torn" from it
 (store/recovery.py). A clean close writes it at the end of the log, so a
 clean shutdown vouches for everything below that end. A checkpoint without
 the field (written by an older version) reads with `flushed_end` None:
-recovery then falls back to the timestamps and says what it cannot tell.
+recovery then falls back to the timestamps and says what it cannot tell;
+so does one whose field fails its CRC.
 
 Layout (big-endian):
      0  8  physicMsgTimestamp (ms)
@@ -20,12 +23,14 @@ Layout (big-endian):
     16  8  indexMsgTimestamp (ms)
     24  4  b"DLFE" (the field below is present)
     28  8  flushed end (CommitLog offset)
+    36  4  CRC-32 (zlib) of bytes 24..36
 """
 
 from __future__ import annotations
 
 import struct
 import threading
+import zlib
 from dataclasses import dataclass
 
 from store.disk import Disk, RealDisk
@@ -33,7 +38,7 @@ from store.durable_mark import DurableMark
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
-_END = struct.Struct(">4sq")
+_END = struct.Struct(">4sqI")
 END_AT = _LAYOUT.size
 END_MAGIC = b"DLFE"
 # RocketMQ starts abnormal recovery at the first segment older than the
@@ -69,8 +74,8 @@ def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | N
     if min(cp.physic_ms, cp.logics_ms) < 0:
         return None, "checkpoint holds negative timestamps"
     if len(raw) >= END_AT + _END.size:
-        magic, end = _END.unpack_from(raw, END_AT)
-        if magic == END_MAGIC:
+        magic, end, crc = _END.unpack_from(raw, END_AT)
+        if magic == END_MAGIC and crc == _end_crc(end):
             if end < 0:
                 return None, f"checkpoint holds a negative flushed end ({end})"
             cp = Checkpoint(cp.physic_ms, cp.logics_ms, cp.index_ms, end)
@@ -81,7 +86,11 @@ def _pack(physic_ms: int, logics_ms: int, index_ms: int, flushed_end: int | None
     head = _LAYOUT.pack(physic_ms, logics_ms, index_ms)
     if flushed_end is None:
         return head
-    return head + _END.pack(END_MAGIC, flushed_end)
+    return head + _END.pack(END_MAGIC, flushed_end, _end_crc(flushed_end))
+
+
+def _end_crc(end: int) -> int:
+    return zlib.crc32(END_MAGIC + end.to_bytes(8, "big", signed=True))
 
 
 def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
@@ -140,7 +149,8 @@ class CheckpointFile:
         return _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms)
 
     def _write(self) -> None:
-        # One pwrite of 36 bytes in one page: a kill cannot tear it. The
+        # One pwrite of 40 bytes in one page: a kill cannot tear it (a
+        # crash of the machine might: the flushed end's CRC catches that). The
         # durable mark restores only the first 24 bytes after a power cut
         # (store/durable_mark.py); the end it leaves is still one a completed
         # fsync covered, as every end written here is.

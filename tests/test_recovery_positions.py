@@ -65,7 +65,7 @@ def strip_flushed_end(path: Path) -> None:
     """Make the checkpoint one an older version wrote: timestamps only."""
     fd = os.open(path / "checkpoint", os.O_RDWR)
     try:
-        os.pwrite(fd, bytes(12), END_AT)
+        os.pwrite(fd, bytes(16), END_AT)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -258,3 +258,22 @@ def test_inspect_says_what_recovery_decides(tmp_path: Path, damage: str) -> None
                for n in r.recovery.notes), r.recovery.notes
     assert any(f"every byte below offset {results[-1].end} as flushed" in p
                for p in r.problems), r.problems
+
+
+def test_a_torn_flushed_end_reads_as_not_recorded(tmp_path: Path) -> None:
+    """A crash that keeps a prefix of the checkpoint's write can mix an old
+    and a new end into a larger one; its CRC says so, and the checkpoint is
+    read as one that does not tell (timestamps only), never as a claim."""
+    results = fill(tmp_path, 20)
+    cp, _ = read_checkpoint(str(tmp_path / "checkpoint"))
+    assert cp is not None and cp.flushed_end == results[-1].end
+    fd = os.open(tmp_path / "checkpoint", os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\x7f", END_AT + 4 + 6)  # a high byte of the end
+    finally:
+        os.close(fd)
+    torn, problem = read_checkpoint(str(tmp_path / "checkpoint"))
+    assert problem is None and torn is not None
+    assert torn.flushed_end is None and torn.physic_ms == cp.physic_ms
+    records, _report = reopen(tmp_path)
+    assert ids(records) == names(0, 20)
