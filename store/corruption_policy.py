@@ -163,8 +163,13 @@ def _refusal(path: str, what: str, damage: Damage, repaired: list[tuple[int, int
     text = f"store {path} refused to open: {what}."
     if why:
         text += f" Repair was not possible: {why}."
+    # Say exactly what changed: only ranges repaired from a replica (whole
+    # records that verified) were written.
+    unchanged = " Nothing was changed."
     if repaired:
-        text += f" ({len(repaired)} earlier range(s) were repaired.)"
+        unchanged = (f" {len(repaired)} earlier damaged range(s) were repaired in place from "
+                     "a replica (CRC-verified records): " + ", ".join(
+                         f"[{a}, {b})" for a, b in repaired) + "; nothing else was changed.")
     repair = ("repair the range from a replica that holds it (start again with "
               "--corruption-policy repair: `dlab cluster start NODE --corruption-policy "
               "repair`; `dlab node` repairs a master from its --repair-from replicas, a slave "
@@ -173,12 +178,12 @@ def _refusal(path: str, what: str, damage: Damage, repaired: list[tuple[int, int
         # Nothing valid lies past it: the damage may be no loss at all (a
         # clock that stepped back), and truncating then costs nothing.
         return text + (
-            " Nothing was changed. No valid record lies past it on this disk. If the clock "
+            f"{unchanged} No valid record lies past it on this disk. If the clock "
             "stepped back, nothing is lost: start again with --corruption-policy truncate, "
             f"which cuts at {damage.offset} (the end of the records found) and drops "
             f"nothing found on this disk. If records were lost, {repair}.")
     return text + (
-        f" Nothing was changed. Two ways on: {repair}, or accept the loss and start again "
+        f"{unchanged} Two ways on: {repair}, or accept the loss and start again "
         "with --corruption-policy truncate (RocketMQ's behaviour: cuts at "
         f"{damage.offset}, losing {damage.bytes_lost} bytes, with the {damage.records_past} "
         "valid record(s) still among them).")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from store_helpers import (
     patch,
     read_at,
     reopen,
+    replica_files_source,
     run_child,
     snapshot,
 )
@@ -45,6 +47,7 @@ from store.segments import segment_name
 from store.store import CorruptionRefusedError, MessageStore
 
 TRUNCATE = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
+REPAIR = TESTING.with_(corruption_policy=CorruptionPolicy.REPAIR)
 
 
 def names(lo: int, hi: int) -> list[str | None]:
@@ -277,3 +280,25 @@ def test_a_torn_flushed_end_reads_as_not_recorded(tmp_path: Path) -> None:
     assert torn.flushed_end is None and torn.physic_ms == cp.physic_ms
     records, _report = reopen(tmp_path)
     assert ids(records) == names(0, 20)
+
+
+def test_a_refusal_after_a_repair_says_what_was_written(tmp_path: Path) -> None:
+    """A repair writes verified records before a later range fails to
+    repair: the refusal names what was written instead of claiming that
+    nothing was changed."""
+    store = tmp_path / "store"
+    results = fill(store, 600)
+    replica = tmp_path / "replica"
+    shutil.copytree(store, replica)
+    a, b = results[100], results[400]
+    flip_bit(store, a.offset + 120)  # the replica holds this one intact
+    flip_bit(store, b.offset + 120)
+    flip_bit(replica, b.offset + 120)  # ... but not this one
+    with pytest.raises(CorruptionRefusedError) as err:
+        MessageStore.open(str(store), REPAIR, repair_source=replica_files_source(replica))
+    text = str(err.value)
+    assert f"at offset {b.offset}" in text and "Repair was not possible" in text
+    assert "Nothing was changed" not in text
+    assert (f"1 earlier damaged range(s) were repaired in place from a replica "
+            f"(CRC-verified records): [{a.offset}, {a.end}); nothing else was changed") in text
+    assert read_at(store, a.offset, a.size) == read_at(replica, a.offset, a.size)
