@@ -302,3 +302,16 @@ def test_a_refusal_after_a_repair_says_what_was_written(tmp_path: Path) -> None:
     assert (f"1 earlier damaged range(s) were repaired in place from a replica "
             f"(CRC-verified records): [{a.offset}, {a.end}); nothing else was changed") in text
     assert read_at(store, a.offset, a.size) == read_at(replica, a.offset, a.size)
+
+
+def test_an_older_checkpoint_says_what_it_cannot_tell_and_is_upgraded(tmp_path: Path) -> None:
+    results = fill(tmp_path, 120, clock=ManualClock())
+    strip_flushed_end(tmp_path)
+    records, report = reopen(tmp_path)  # closes cleanly, recording the end
+    assert ids(records) == names(0, 120)
+    assert any("cannot tell whether records stored in the same millisecond" in p
+               and f"past offset {results[-1].end}" in p for p in report.problems), report.problems
+    cp, _ = read_checkpoint(str(tmp_path / "checkpoint"))
+    assert cp is not None and cp.flushed_end == results[-1].end
+    records, report = reopen(tmp_path)
+    assert not any("cannot tell" in p for p in report.problems)
