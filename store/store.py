@@ -58,7 +58,8 @@ from store.log.opening import (
     undo_open,
 )
 from store.log.record import CorruptRecordError, Message
-from store.log.segments import list_segments
+from store.log.recovery import RecoveryPlan
+from store.log.segments import list_segments, segment_name
 from store.put_path import Answer, PutPath
 from store.seams.clock import Clock, SystemClock
 from store.seams.disk import Disk, DiskLock, RealDisk
@@ -71,6 +72,19 @@ __all__ = ["MessageStore", "StoreOpenError", "StoreLockedError", "ConfigError",
            "CorruptionRefusedError", "RepairUnavailableError", "RepairSource",
            "RecoveryReport"]
 _log = logging.getLogger("dlab.store")
+
+
+def _log_completed_cut(path: str, plan: RecoveryPlan) -> None:
+    """A cut a kill interrupted (store/log/cuts.py: header zeroed, the rest
+    not yet cleared) was completed: data the store held is gone now, so say
+    what, at WARNING."""
+    end = plan.max_valid_offset
+    removed = ", ".join(f"commitlog/{segment_name(s)}" for s in plan.segments_to_drop)
+    _log.warning(
+        "store %s: completed a truncation at offset %d that a crash interrupted: cleared the "
+        "stale bytes [%d, %d) after it%s", path, end, end, plan.stale_end or end,
+        f" and removed {len(plan.segments_to_drop)} later segment(s) ({removed})"
+        if removed else "")
 
 
 class MessageStore(ConsumeSide, FlushServices):
@@ -206,6 +220,12 @@ class MessageStore(ConsumeSide, FlushServices):
                 checkpoint=checkpoint, checkpoint_problem=cp_problem,
                 repair_source=repair_source, failpoints=failpoints, disk=disk)
             segments = apply_plan(plan, commitlog_dir, segments, seg_size, failpoints)
+            if plan.stale_tail:
+                _log_completed_cut(path, plan)
+            # Only now, with the decision made (a refusal changed nothing): a
+            # short last segment gets its missing end, as zeros.
+            for seg in segments:
+                seg.extend()
             if config.crash_model.value == "process" and segments:
                 segments[-1].sync()  # what the OS held is now durable too
             report = recovery_report(plan, listing.problems)
@@ -219,6 +239,7 @@ class MessageStore(ConsumeSide, FlushServices):
             if checkpoint:
                 cpf.last_ms = checkpoint.physic_ms
                 cpf.logics_ms = checkpoint.logics_ms
+                cpf.flushed_end = min(checkpoint.flushed_end or 0, plan.max_valid_offset)
             log = CommitLog(
                 commitlog_dir, config, clock, cpf, segments, plan.max_valid_offset,
                 plan.last_store_timestamp_ms or 0, failpoints, disk=disk, new_lock=new_lock,

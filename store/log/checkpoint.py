@@ -2,12 +2,35 @@
 three big-endian longs: physicMsgTimestamp at 0, logicsMsgTimestamp at 8,
 indexMsgTimestamp at 16 (ms). It only ever holds the store timestamp of a
 record that was already fsynced, so a stale checkpoint makes recovery scan
-more, never less."""
+more, never less.
+
+This store adds one field in the page's free space, at 24 (RocketMQ leaves
+it zero): b"DLFE", a long, the flushed END — every CommitLog byte below
+it had been fsynced when it was written — and a CRC-32 of both, so that a
+torn write of the page (a crash keeping a prefix of it) cannot pass off a
+mix of an old and a new end as a larger one. Timestamps cannot tell records
+stored in the same millisecond apart (nor survive a clock stepping back);
+a position can: recovery decides "flushed or torn" from it
+(store/log/recovery.py). A clean close writes it at the end of the log, so a
+clean shutdown vouches for everything below that end. A checkpoint without
+the field (written by an older version) reads with `flushed_end` None:
+recovery then falls back to the timestamps and says what it cannot tell;
+so does one whose field fails its CRC.
+
+Layout (big-endian):
+     0  8  physicMsgTimestamp (ms)
+     8  8  logicsMsgTimestamp (ms)
+    16  8  indexMsgTimestamp (ms)
+    24  4  b"DLFE" (the field below is present)
+    28  8  flushed end (CommitLog offset)
+    36  4  CRC-32 (zlib) of bytes 24..36
+"""
 
 from __future__ import annotations
 
 import struct
 import threading
+import zlib
 from dataclasses import dataclass
 
 from store.log.durable_mark import DurableMark
@@ -15,6 +38,9 @@ from store.seams.disk import Disk, RealDisk
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
+_END = struct.Struct(">4sqI")
+END_AT = _LAYOUT.size
+END_MAGIC = b"DLFE"
 # RocketMQ starts abnormal recovery at the first segment older than the
 # checkpoint minus 3 s, to cover clock steps between records.
 SAFETY_MARGIN_MS = 3000
@@ -25,6 +51,9 @@ class Checkpoint:
     physic_ms: int = 0
     logics_ms: int = 0
     index_ms: int = 0
+    # Every CommitLog byte below it was fsynced; None: an older checkpoint
+    # that does not say (module docstring).
+    flushed_end: int | None = None
 
     @property
     def min_timestamp_ms(self) -> int:
@@ -34,32 +63,52 @@ class Checkpoint:
 def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | None, str | None]:
     """(checkpoint, None), or (None, why it could not be used)."""
     try:
-        raw = (disk or RealDisk()).read_file(path, _LAYOUT.size)
+        raw = (disk or RealDisk()).read_file(path, _LAYOUT.size + _END.size)
     except FileNotFoundError:
         return None, "checkpoint file is missing"
     except OSError as exc:
         return None, f"checkpoint unreadable: {exc.strerror}"
     if len(raw) < _LAYOUT.size:
         return None, f"checkpoint is {len(raw)} bytes, needs {_LAYOUT.size}"
-    cp = Checkpoint(*_LAYOUT.unpack(raw))
+    cp = Checkpoint(*_LAYOUT.unpack_from(raw))
     if min(cp.physic_ms, cp.logics_ms) < 0:
         return None, "checkpoint holds negative timestamps"
+    if len(raw) >= END_AT + _END.size:
+        magic, end, crc = _END.unpack_from(raw, END_AT)
+        if magic == END_MAGIC and crc == _end_crc(end):
+            if end < 0:
+                return None, f"checkpoint holds a negative flushed end ({end})"
+            cp = Checkpoint(cp.physic_ms, cp.logics_ms, cp.index_ms, end)
     return cp, None
 
 
+def _pack(physic_ms: int, logics_ms: int, index_ms: int, flushed_end: int | None) -> bytes:
+    head = _LAYOUT.pack(physic_ms, logics_ms, index_ms)
+    if flushed_end is None:
+        return head
+    return head + _END.pack(END_MAGIC, flushed_end, _end_crc(flushed_end))
+
+
+def _end_crc(end: int) -> int:
+    return zlib.crc32(END_MAGIC + end.to_bytes(8, "big", signed=True))
+
+
 def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
-                     timestamp_ms: int) -> Checkpoint:
-    """Lower the checkpoint's timestamps to at most `timestamp_ms`, durably,
-    and return it: done before recovery cuts flushed data, so that the
-    checkpoint never names a record past the cut (a later recovery reads a
-    checkpoint beyond its last good record as proof that data was flushed
-    past it). Lower only ever widens a later recovery."""
+                     timestamp_ms: int, *, end: int) -> Checkpoint:
+    """Lower the checkpoint's timestamps to at most `timestamp_ms` and its
+    flushed end to at most `end`, durably, and return it: done before
+    recovery cuts flushed data at `end`, so that the checkpoint never names
+    a record or a byte past the cut (a later recovery reads a checkpoint
+    beyond its end of data as proof that data was flushed past it). Lower
+    only ever widens a later recovery."""
     low = Checkpoint(min(checkpoint.physic_ms, timestamp_ms),
                      min(checkpoint.logics_ms, timestamp_ms),
-                     min(checkpoint.index_ms, timestamp_ms))
+                     min(checkpoint.index_ms, timestamp_ms),
+                     min(checkpoint.flushed_end if checkpoint.flushed_end is not None else end,
+                         end))
     f = disk.open(path, create=True)
     try:
-        f.pwrite(_LAYOUT.pack(low.physic_ms, low.logics_ms, low.index_ms), 0)
+        f.pwrite(_pack(low.physic_ms, low.logics_ms, low.index_ms, low.flushed_end), 0)
         f.fsync()
     finally:
         f.close()
@@ -69,7 +118,8 @@ def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
 class CheckpointFile:
     """The open checkpoint. Each field has one writer:
     - physic (and index, which this store has no service for and so keeps
-      equal to physic): `update`, after each CommitLog flush;
+      equal to physic) and the flushed end: `update`, after each CommitLog
+      flush (after its fsync: both name fsynced data only);
     - logics: `update_logics`, after each ConsumeQueue flush, with the store
       timestamp of the last record whose unit — and every earlier record's
       unit — is in the queue files. Abnormal recovery starts from the min of
@@ -91,6 +141,7 @@ class CheckpointFile:
         # an unusable one is overwritten from zero.
         self.last_ms = 0
         self.logics_ms = 0
+        self.flushed_end = 0
         self._lock = threading.Lock()
         self.mark: DurableMark | None = None
 
@@ -98,13 +149,20 @@ class CheckpointFile:
         return _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms)
 
     def _write(self) -> None:
-        self.file.pwrite(self._packed(), 0)
+        # One pwrite of 40 bytes in one page: a kill cannot tear it (a
+        # crash of the machine might: the flushed end's CRC catches that). The
+        # durable mark restores only the first 24 bytes after a power cut
+        # (store/log/durable_mark.py); the end it leaves is still one a completed
+        # fsync covered, as every end written here is.
+        self.file.pwrite(_pack(self.last_ms, self.logics_ms, self.last_ms, self.flushed_end), 0)
 
-    def update(self, timestamp_ms: int) -> None:
-        """The CommitLog was flushed up to a record stored at `timestamp_ms`."""
+    def update(self, timestamp_ms: int, end: int) -> None:
+        """The CommitLog was flushed (fsynced) up to `end`, whose last record
+        was stored at `timestamp_ms`."""
         with self._lock:
-            if timestamp_ms > self.last_ms:
-                self.last_ms = timestamp_ms
+            if timestamp_ms > self.last_ms or end > self.flushed_end:
+                self.last_ms = max(self.last_ms, timestamp_ms)
+                self.flushed_end = max(self.flushed_end, end)
                 self._write()
 
     def update_logics(self, timestamp_ms: int) -> None:
@@ -116,13 +174,15 @@ class CheckpointFile:
                 self.logics_ms = timestamp_ms
                 self._write()
 
-    def lower(self, timestamp_ms: int) -> None:
-        """Lower both timestamps to at most `timestamp_ms`, durably: before
-        a cut, so the checkpoint never names a record past it (see
+    def lower(self, timestamp_ms: int, end: int) -> None:
+        """Lower both timestamps to at most `timestamp_ms` and the flushed
+        end to at most `end`, durably: before a cut at `end`, so the
+        checkpoint never names a record or a byte past it (see
         lower_checkpoint)."""
         with self._lock:
             self.last_ms = min(self.last_ms, timestamp_ms)
             self.logics_ms = min(self.logics_ms, timestamp_ms)
+            self.flushed_end = min(self.flushed_end, end)
             self._write()
             self.file.fsync()
             if self.mark is not None:

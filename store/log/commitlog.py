@@ -584,7 +584,7 @@ class CommitLog:
             # widens the next recovery scan.
             if not self._ack_before_fsync:
                 with contextlib.suppress(OSError):
-                    self.checkpoint.update(last_ts)
+                    self.checkpoint.update(last_ts, target)
             return target
 
     def _sync_planted_lag(self) -> None:
@@ -605,7 +605,7 @@ class CommitLog:
         if self.mark is not None:
             self.mark.commitlog_synced(self._unsynced_end)
         with contextlib.suppress(OSError):
-            self.checkpoint.update(self._unsynced_ts)
+            self.checkpoint.update(self._unsynced_ts, self._unsynced_end)
 
     def _lose_unsynced(self, start: int, end: int) -> None:
         """The `eio` fault's model of a failed writeback (called under the
@@ -679,6 +679,14 @@ class CommitLog:
         seg.zeroed_to = end
 
     def sync_checkpoint(self) -> None:
+        """Make the checkpoint durable, with the flushed end as of now: a
+        close that flushed nothing new (or a store whose checkpoint an older
+        version wrote) still records the end a clean shutdown vouches for
+        (store/log/checkpoint.py)."""
+        with self._lock:
+            flushed = self.flushed
+        if not self._unsynced:  # (the planted fault: `flushed` not all fsynced)
+            self.checkpoint.update(0, flushed)
         self.checkpoint.sync()
 
     # ---------------------------------------------------------------- reads
@@ -779,8 +787,9 @@ class CommitLog:
             self.flush_unlocked_for_truncate()
             # The checkpoint may name a record past the cut, which a later
             # recovery would take as proof that data past its end was flushed
-            # (store/log/recovery.py): lower it first (0: the next flush sets it).
-            self.checkpoint.lower(0)
+            # (store/log/recovery.py): lower it first (0: the next flush sets
+            # it), its flushed end to the cut.
+            self.checkpoint.lower(0, offset)
             self._buffers.reset()  # every queued chunk is in the file or dropped
             if RMQ_10666 not in self.config.emulate:
                 cut_on_disk(self.directory, self.segments, offset, self.seg_size,

@@ -57,6 +57,8 @@ def _plan(starts: list[int], segments: list[Segment], seg_size: int, *, abnormal
     def read(start: int) -> memoryview:
         if start not in maps:
             seg = next(s for s in segments if s.start == start)
+            if seg.file.size() == 0:  # a short last segment, not yet extended
+                return memoryview(b"")
             maps[start] = seg.file.map()
         return memoryview(maps[start])
 
@@ -113,13 +115,14 @@ def recover(
         if policy is CorruptionPolicy.TRUNCATE:
             _log.error("store %s: %s; corruption policy truncate: cutting at %d, %d valid "
                        "record(s) (%d bytes) past it are lost", path, what, damage.offset,
-                       damage.records_past, damage.bytes_past)
+                       damage.records_past, damage.bytes_lost)
             if checkpoint is not None:
                 checkpoint = lower_checkpoint(disk, os.path.join(path, "checkpoint"),
-                                              checkpoint, plan.last_store_timestamp_ms or 0)
+                                              checkpoint, plan.last_store_timestamp_ms or 0,
+                                              end=plan.max_valid_offset)
             return plan, checkpoint, {
                 "corruption": what, "corruption_action": "truncated",
-                "records_lost": damage.records_past, "bytes_lost": damage.bytes_past,
+                "records_lost": damage.records_past, "bytes_lost": damage.bytes_lost,
                 "repaired_ranges": repaired}
         if policy is CorruptionPolicy.REFUSE:
             raise CorruptionRefusedError(_refusal(path, what, damage, repaired), damage)
@@ -154,15 +157,30 @@ def _refusal(path: str, what: str, damage: Damage, repaired: list[tuple[int, int
     text = f"store {path} refused to open: {what}."
     if why:
         text += f" Repair was not possible: {why}."
+    # Say exactly what changed: only ranges repaired from a replica (whole
+    # records that verified) were written.
+    unchanged = " Nothing was changed."
     if repaired:
-        text += f" ({len(repaired)} earlier range(s) were repaired.)"
+        unchanged = (f" {len(repaired)} earlier damaged range(s) were repaired in place from "
+                     "a replica (CRC-verified records): " + ", ".join(
+                         f"[{a}, {b})" for a, b in repaired) + "; nothing else was changed.")
+    repair = ("repair the range from a replica that holds it (start again with "
+              "--corruption-policy repair: `dlab cluster start NODE --corruption-policy "
+              "repair`; `dlab node` repairs a master from its --repair-from replicas, a slave "
+              "from its master)")
+    if damage.note is not None and damage.records_past == 0:
+        # Nothing valid lies past it: the damage may be no loss at all (a
+        # clock that stepped back), and truncating then costs nothing.
+        return text + (
+            f"{unchanged} No valid record lies past it on this disk. If the clock "
+            "stepped back, nothing is lost: start again with --corruption-policy truncate, "
+            f"which cuts at {damage.offset} (the end of the records found) and drops "
+            f"nothing found on this disk. If records were lost, {repair}.")
     return text + (
-        " Nothing was changed. Two ways on: repair the range from a replica that holds it "
-        "(start again with --corruption-policy repair: `dlab cluster start NODE "
-        "--corruption-policy repair`; `dlab node` repairs a master from its --repair-from "
-        "replicas, a slave from its master), or accept the loss and start again with "
-        "--corruption-policy truncate (RocketMQ's behaviour: cuts at "
-        f"{damage.offset}, losing {damage.records_past} record(s), {damage.bytes_past} bytes).")
+        f"{unchanged} Two ways on: {repair}, or accept the loss and start again "
+        "with --corruption-policy truncate (RocketMQ's behaviour: cuts at "
+        f"{damage.offset}, losing {damage.bytes_lost} bytes, with the {damage.records_past} "
+        "valid record(s) still among them).")
 
 
 def _repair(damage: Damage, segments: list[Segment], seg_size: int,

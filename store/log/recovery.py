@@ -10,6 +10,11 @@ truncation) is IO and lives in commitlog.py.
 - Abnormal shutdown: walk segments backwards to the first whose first record
   is older than the checkpoint (minus RocketMQ's 3 s margin); no usable
   checkpoint means from the first segment. Then scan forward.
+- Either way, every segment before the scan's start gets its first record
+  (or blank) verified: one header and record per segment, so a segment of
+  zeros (or garbage) in the middle of the log is found at open, not by a
+  consumer that later skips its messages. The scan then starts just before
+  it, and what it finds there is damage like any other.
 
 Scanning verifies size, magic, PHYSICALOFFSET and body CRC of every record. A
 blank moves to the next segment; an all-zero header is the normal end of
@@ -25,12 +30,17 @@ from torn writes at its end):
 - FLUSHED: corruption of data that was flushed. Any of these vouches for it:
   the last shutdown was clean (a clean close flushes everything); a valid
   record lies past the damage (found by resynchronising on the next record
-  that verifies at its own PHYSICALOFFSET); the checkpoint names a flushed
-  record stored later than the last good record before the damage (store
-  timestamps never go backwards, and the checkpoint only ever names flushed
-  records). A zero header (normally the end of data) counts as damage
-  only by the last of these: zeros where the checkpoint says records were
-  flushed are a hole. Cutting here deletes acknowledged, flushed data; what the store
+  that verifies at its own PHYSICALOFFSET); the damage lies below the
+  checkpoint's flushed END (store/log/checkpoint.py: every byte below it was
+  fsynced). Positions decide, not timestamps: many records share a store
+  millisecond, and a clock that steps back puts the checkpoint's timestamp
+  ahead of records written later. Only a checkpoint an older version wrote
+  (no flushed end) falls back to its timestamp: a record stored later than
+  the last good record was flushed. A zero header (normally the end of
+  data) counts as damage when it lies below the flushed end (or, for an
+  old checkpoint, by its timestamp), or when it is the first header of a
+  segment that later segments follow: zeros where records were flushed are
+  a hole. Cutting here deletes acknowledged, flushed data; what the store
   does about it is its CorruptionPolicy (store/config.py), and the plan
   carries the figures (segment, offset, bytes and records past the damage)
   for that decision and its message.
@@ -213,14 +223,36 @@ class Damage:
     bytes_past: int
     resume_offset: int | None
     evidence: str  # why the data there is (or is not) known to be flushed
+    # The checkpoint's flushed end when it lies past the damage: the bytes
+    # [offset, flushed_end) were flushed, whatever they read as now.
+    flushed_end: int | None = None
+    # What the damage may be besides lost data (an old checkpoint's
+    # timestamp ahead of the records: a clock that stepped back).
+    note: str | None = None
+
+    @property
+    def bytes_lost(self) -> int:
+        """What cutting at the damage loses: the valid records past it, and
+        at least every flushed byte from it to the checkpoint's end."""
+        missing = self.flushed_end - self.offset if self.flushed_end is not None else 0
+        return max(self.bytes_past, missing)
 
     def describe(self, seg_name: Callable[[int], str]) -> str:
         text = (f"commitlog/{seg_name(self.segment)} at offset {self.offset} "
                 f"({self.reason}: {self.detail})")
         if self.kind is DamageKind.FLUSHED:
-            return (f"corruption of flushed data in {text}; {self.evidence}; cutting there "
-                    f"would lose {self.bytes_past} bytes holding {self.records_past} valid "
-                    "record(s)")
+            text = f"corruption of flushed data in {text}; {self.evidence}"
+            if self.flushed_end is not None and self.bytes_lost > self.bytes_past:
+                # A hole: what was flushed there reads as zeros or garbage.
+                text += (f"; the {self.flushed_end - self.offset} flushed bytes from there to "
+                         f"{self.flushed_end} no longer hold valid records (acknowledged "
+                         f"records there are lost); cutting there would lose those "
+                         f"{self.bytes_lost} bytes and the {self.records_past} valid "
+                         "record(s) still among them")
+            else:
+                text += (f"; cutting there would lose {self.bytes_lost} bytes holding "
+                         f"{self.records_past} valid record(s)")
+            return text + (f" ({self.note})" if self.note else "")
         return f"torn tail at {text}; {self.evidence}"
 
 
@@ -242,6 +274,9 @@ class RecoveryPlan:
     # where an old one began would make the old tail valid again.
     stale_tail: bool = False
     damage: Damage | None = None  # set whenever first_bad_offset is
+    # With stale_tail: the end of the stale bytes in that segment (what
+    # completing the interrupted cut clears is [max_valid_offset, stale_end)).
+    stale_end: int | None = None
 
     def describe(self) -> str:
         kind = "abnormal" if self.abnormal else "normal"
@@ -253,14 +288,15 @@ class RecoveryPlan:
             if self.damage is not None and self.damage.kind is DamageKind.FLUSHED:
                 text += (f", corruption of flushed data ({self.damage.evidence}): "
                          f"{self.damage.records_past} valid record(s), "
-                         f"{self.damage.bytes_past} bytes past it")
+                         f"{self.damage.bytes_lost} bytes past it")
             else:
                 text += " (a torn tail)"
             text += ", everything from there on dropped"
         if self.segments_to_drop:
             text += f"; {len(self.segments_to_drop)} later segment(s) removed"
         if self.stale_tail:
-            text += "; stale bytes after the end (an interrupted truncation) cleared"
+            text += ("; an interrupted truncation completed: stale bytes "
+                     f"[{self.max_valid_offset}, {self.stale_end}) cleared")
         return text
 
 
@@ -288,19 +324,12 @@ def plan_recovery(
     notes: list[str] = []
     if not starts:
         return RecoveryPlan(abnormal, None, 0, 0, None, None, None, None, [], notes)
-    if not abnormal:
-        first = max(0, len(starts) - 3)
-    else:
-        first = 0
-        if checkpoint is None:
-            notes.append(f"{checkpoint_problem or 'no checkpoint'}: scanning every segment")
-        else:
-            limit = checkpoint.min_timestamp_ms
-            for i in range(len(starts) - 1, -1, -1):
-                ts = first_record_timestamp(read(starts[i]), starts[i])
-                if ts is not None and ts <= limit:
-                    first = i
-                    break
+    vouched = checkpoint.flushed_end if checkpoint is not None else None
+    first = _scan_start(starts, read, abnormal=abnormal, checkpoint=checkpoint,
+                        checkpoint_problem=checkpoint_problem, notes=notes)
+    bad_head = _first_bad_head(starts[:first], read, seg_size, vouched)
+    if bad_head is not None:
+        first = max(0, bad_head - 1)  # from the segment before: its end is the cut
     total = 0
     last_ts: int | None = None
     offset = starts[first]
@@ -319,27 +348,101 @@ def plan_recovery(
     # after it is past the end of data.
     drop = starts[i + 1 :]
     damage = None
-    if (scan.stop == ScanStop.END and checkpoint is not None and last_ts is not None
-            and checkpoint.physic_ms > last_ts):
-        # Zeros where the checkpoint says a later record was flushed: a hole
-        # in flushed data (a lost or zeroed block), not the end of data. (A
-        # cut lowers the checkpoint before it zeroes a header, so an
-        # interrupted one never looks like this.)
-        scan = replace(scan, stop=ScanStop.DAMAGE, reason="zeros",
-                       detail="a zero header where the checkpoint says records were flushed")
+    hole = None
+    if scan.stop == ScanStop.END:
+        hole = _zero_hole(scan.end, vouched, checkpoint, last_ts,
+                          segment_head=bad_head is not None and scan.end == starts[bad_head])
+    if hole is not None:
+        # Zeros where records were flushed: a hole in flushed data (a lost
+        # or zeroed block), not the end of data. (A cut lowers the
+        # checkpoint before it zeroes a header, so an interrupted one never
+        # looks like this.)
+        scan = replace(scan, stop=ScanStop.DAMAGE, reason="zeros", detail=hole)
         damage = classify_damage(
-            starts, read, i, scan, seg_size=seg_size, abnormal=True, checkpoint=checkpoint,
+            starts, read, i, scan, seg_size=seg_size, abnormal=abnormal, checkpoint=checkpoint,
             last_good_ts=last_ts)
     elif scan.stop == ScanStop.DAMAGE:
         damage = classify_damage(
             starts, read, i, scan, seg_size=seg_size, abnormal=abnormal, checkpoint=checkpoint,
             last_good_ts=last_ts)
+    elif (scan.stop == ScanStop.END and vouched is None and checkpoint is not None
+          and last_ts is not None and checkpoint.physic_ms == last_ts):
+        notes.append(
+            f"the checkpoint (written by an older version, without the flushed end) cannot "
+            f"tell whether records stored in the same millisecond as the last one found "
+            f"({last_ts} ms) were flushed past offset {scan.end}; the next flush records the "
+            "end, so later opens can tell")
     bad = scan.end if scan.stop == ScanStop.DAMAGE else None
-    stale = scan.stop == ScanStop.END and _stale_after(read(starts[i]), scan.end - starts[i])
+    buf = read(starts[i])
+    stale = scan.stop == ScanStop.END and _stale_after(buf, scan.end - starts[i])
+    stale_end = starts[i] + _nonzero_end(buf, scan.end - starts[i]) if stale else None
     return RecoveryPlan(
         abnormal, starts[first], offset, total, last_ts, bad, scan.reason, scan.detail, drop, notes,
-        stale, damage,
+        stale, damage, stale_end,
     )
+
+
+def _scan_start(starts: list[int], read: Callable[[int], Buffer], *, abnormal: bool,
+                checkpoint: Checkpoint | None, checkpoint_problem: str | None,
+                notes: list[str]) -> int:
+    """The index of the segment the scan starts from (module docstring)."""
+    if not abnormal:
+        return max(0, len(starts) - 3)
+    if checkpoint is None:
+        notes.append(f"{checkpoint_problem or 'no checkpoint'}: scanning every segment")
+        return 0
+    limit = checkpoint.min_timestamp_ms
+    for i in range(len(starts) - 1, -1, -1):
+        ts = first_record_timestamp(read(starts[i]), starts[i])
+        if ts is not None and ts <= limit:
+            return i
+    return 0
+
+
+def _head_ok(buf: Buffer, seg_start: int, seg_size: int | None) -> bool:
+    """Whether a segment starts as a written one does: a record that
+    verifies at its own offset, or a blank closing it."""
+    size, magic = peek(buf, 0)
+    if magic == BLANK_MAGIC:
+        return size == (seg_size if seg_size is not None else len(buf))
+    if magic != MESSAGE_MAGIC:
+        return False
+    try:
+        verify(buf, 0, seg_start)
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def _first_bad_head(starts: list[int], read: Callable[[int], Buffer], seg_size: int | None,
+                    vouched: int | None) -> int | None:
+    """The index of the first of `starts` (segments the scan would skip)
+    whose first bytes are not a valid record or blank. A segment at or past
+    the checkpoint's flushed end is not checked: a cut interrupted before
+    it removed later segments leaves a zeroed head there, and the cut
+    lowered the flushed end first (store/log/cuts.py)."""
+    for j, start in enumerate(starts):
+        if vouched is not None and start >= vouched:
+            return None
+        if not _head_ok(read(start), start, seg_size):
+            return j
+    return None
+
+
+def _zero_hole(end: int, vouched: int | None, checkpoint: Checkpoint | None,
+               last_ts: int | None, *, segment_head: bool) -> str | None:
+    """Why a zero header at `end` is a hole in flushed data rather than the
+    end of data (module docstring), or None."""
+    if vouched is not None:
+        if end < vouched:
+            return (f"a zero header where the checkpoint records every byte below offset "
+                    f"{vouched} as flushed")
+        return None
+    if segment_head:
+        return "a segment that begins with zeros, and later segments follow it"
+    if checkpoint is not None and last_ts is not None and checkpoint.physic_ms > last_ts:
+        return "a zero header where the checkpoint says records were flushed"
+    return None
 
 
 _MAGIC_BYTES = MESSAGE_MAGIC.to_bytes(4, "big")
@@ -418,21 +521,46 @@ def classify_damage(
     if records == 0:
         resume = None
     bytes_past = (last_end - bad) if last_end is not None else 0
-    evidence: str | None = None
-    if not abnormal:
-        evidence = "the last shutdown was clean, so everything before it had been flushed"
-    elif records:
-        evidence = f"{records} valid record(s) follow it"
-    elif checkpoint is not None and checkpoint.physic_ms and (
-            last_good_ts is None or checkpoint.physic_ms > last_good_ts):
-        evidence = (f"the checkpoint names a record stored at {checkpoint.physic_ms} ms as "
-                    f"flushed, later than the last good record"
-                    + (f" ({last_good_ts} ms)" if last_good_ts is not None else ""))
+    vouched = checkpoint.flushed_end if checkpoint is not None else None
+    evidence, note = _flushed_evidence(bad, records, abnormal=abnormal, checkpoint=checkpoint,
+                                       last_good_ts=last_good_ts)
     if evidence is None:
         return Damage(DamageKind.TAIL, starts[index], bad, scan.reason, scan.detail, 0, 0, None,
                       "nothing past it is known to have been flushed: safe to cut")
     return Damage(DamageKind.FLUSHED, starts[index], bad, scan.reason, scan.detail, records,
-                  bytes_past, resume, evidence)
+                  bytes_past, resume, evidence,
+                  flushed_end=vouched if vouched is not None and vouched > bad else None,
+                  note=note)
+
+
+def _flushed_evidence(bad: int, records: int, *, abnormal: bool,
+                      checkpoint: Checkpoint | None, last_good_ts: int | None
+                      ) -> tuple[str | None, str | None]:
+    """(why the damage at `bad` is known to lie in flushed data, or None for
+    a torn tail; what else it may be)."""
+    vouched = checkpoint.flushed_end if checkpoint is not None else None
+    if not abnormal:
+        if vouched is not None and bad < vouched:
+            return (f"the last shutdown was clean and recorded every byte below offset "
+                    f"{vouched} as flushed"), None
+        return "the last shutdown was clean, so everything before it had been flushed", None
+    if records:
+        return f"{records} valid record(s) follow it", None
+    if vouched is not None:
+        # Positions decide; the timestamps are not consulted (module docstring).
+        if bad < vouched:
+            return f"the checkpoint records every byte below offset {vouched} as flushed", None
+        return None, None
+    if checkpoint is not None and checkpoint.physic_ms and (
+            last_good_ts is None or checkpoint.physic_ms > last_good_ts):
+        found = f" ({last_good_ts} ms)" if last_good_ts is not None else ""
+        return (f"the checkpoint (written by an older version: timestamps only) names a record "
+                f"stored at {checkpoint.physic_ms} ms as flushed, later than the last good "
+                f"record{found}"), (
+                "either records flushed after it were lost, or the system clock stepped back "
+                "while the store ran, which leaves the checkpoint's timestamp ahead of records "
+                "written later")
+    return None, None
 
 
 def _last_record_end(buf: Buffer, seg_start: int, at: int, seg: SegmentScan) -> int:
@@ -470,6 +598,21 @@ def verify_range(data: Buffer, offset: int, end: int, seg_end: int) -> None:
 
 
 STALE_CHECK_BYTES = 4096
+
+
+def _nonzero_end(buf: Buffer, pos: int, step: int = 1 << 20) -> int:
+    """The position just past the last non-zero byte at or after `pos`
+    (`pos` if none), searched a chunk at a time from the end: what
+    completing an interrupted cut clears."""
+    view = memoryview(buf)
+    hi = len(view)
+    while hi > pos:
+        lo = max(pos, hi - step)
+        kept = len(view[lo:hi].tobytes().rstrip(b"\0"))
+        if kept:
+            return lo + kept
+        hi = lo
+    return pos
 
 
 def _stale_after(buf: Buffer, pos: int) -> bool:

@@ -166,12 +166,19 @@ class Segment:
 
     @classmethod
     def open(cls, disk: Disk, directory: str, start: int, size: int) -> Segment:
+        """Open an existing segment as it is: a short last segment stays
+        short until `extend` (recovery decides before anything changes)."""
         f = disk.open(os.path.join(directory, segment_name(start)))
-        seg = cls(disk, directory, start, size, f)
-        if f.size() < size:  # a short last segment: extend with zeros
-            f.truncate(size)
-            f.fsync()
-        return seg
+        return cls(disk, directory, start, size, f)
+
+    def extend(self) -> bool:
+        """Extend a short segment with zeros to its full size, durably (its
+        missing end was never written); True if it was short."""
+        if self.file.size() >= self.size:
+            return False
+        self.file.truncate(self.size)
+        self.file.fsync()
+        return True
 
     @classmethod
     def create(cls, disk: Disk, directory: str, start: int, size: int) -> Segment:

@@ -52,8 +52,8 @@ examples:
   recovery: {mode, opens, refusal, scans_from, max_valid_offset, first_bad_offset,
              truncates_at, segments_removed, notes};
   markers: {abort_present, abort_pid, lock_present, lock_pid, lock_held_by (the pid
-            holding the lock while this was read: the store is in use), checkpoint,
-            checkpoint_problem};
+            holding the lock while this was read: the store is in use), checkpoint
+            ({physic_ms, logics_ms, index_ms, flushed_end}), checkpoint_problem};
   consume_queues: [{topic, queue_id, files, units, min_offset, max_offset,
                     first_bad_unit, reason}]  (units: what recovery keeps);
   with --records, record_list: [{offset, size, topic, uniq_key, body_crc,
@@ -166,6 +166,9 @@ def format_report(r: InspectReport) -> str:
     if m.checkpoint is not None:
         lines.append(f"  checkpoint        physic {_when(m.checkpoint.physic_ms)}")
         lines.append(f"                    logics {_when(m.checkpoint.logics_ms)}")
+        end = m.checkpoint.flushed_end
+        lines.append("                    flushed end " + (
+            f"{end}" if end is not None else "not recorded (an older checkpoint)"))
     else:
         lines.append(f"  checkpoint        unusable: {m.checkpoint_problem}")
     lines.append("  lock              " + (

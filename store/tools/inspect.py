@@ -170,7 +170,8 @@ class InspectReport:
         cp = self.markers.checkpoint
         out["markers"]["checkpoint"] = (
             None if cp is None
-            else {"physic_ms": cp.physic_ms, "logics_ms": cp.logics_ms, "index_ms": cp.index_ms}
+            else {"physic_ms": cp.physic_ms, "logics_ms": cp.logics_ms, "index_ms": cp.index_ms,
+                  "flushed_end": cp.flushed_end}
         )
         return out
 
@@ -355,7 +356,7 @@ def inspect_log(
     if records:
         last_record = _last_record_offset(segments, read)
     recovery = _preview(listing, read, markers, bad[0] if bad else None, zero_from)
-    problems.extend(_marker_problems(markers, last_ts))
+    problems.extend(_marker_problems(markers, last_ts, max_valid))
     problems[:0] = _in_use_problems(markers)  # first: it changes how to read the rest
     return InspectReport(
         path=path,
@@ -437,7 +438,7 @@ def _in_use_problems(markers: Markers) -> list[str]:
     return out
 
 
-def _marker_problems(markers: Markers, last_ts: int | None) -> list[str]:
+def _marker_problems(markers: Markers, last_ts: int | None, data_end: int) -> list[str]:
     out: list[str] = []
     if markers.abort_present:
         out.append(
@@ -447,7 +448,14 @@ def _marker_problems(markers: Markers, last_ts: int | None) -> list[str]:
     if markers.checkpoint_problem:
         out.append(markers.checkpoint_problem)
     cp = markers.checkpoint
-    if cp is not None and cp.physic_ms and last_ts is not None and cp.physic_ms > last_ts:
+    if cp is not None and cp.flushed_end is not None:
+        # Positions decide, as recovery does (store/log/recovery.py).
+        if data_end < cp.flushed_end:
+            out.append(
+                f"checkpoint records every byte below offset {cp.flushed_end} as flushed, but "
+                f"valid data ends at {data_end}: records that were flushed are missing or "
+                "damaged")
+    elif cp is not None and cp.physic_ms and last_ts is not None and cp.physic_ms > last_ts:
         out.append(
             f"checkpoint names store time {cp.physic_ms}, after the last valid record "
             f"({last_ts}): records that were flushed are missing or damaged"

@@ -197,7 +197,7 @@ def test_the_mark_follows_completed_fsyncs_and_the_cut_restores_the_checkpoint(
     pending = store.log.read(flushed, store.log.wrote - flushed)
     seg.pwrite(flushed - seg.start, pending)
     store.log.checkpoint.update(synced_checkpoint.physic_ms + 10_000 if synced_checkpoint
-                                else 10_000)
+                                else 10_000, flushed)
     # The process is gone (nothing more from it); the harness cuts.
     cut = power_cut(path)
     assert cut.applied and cut.commitlog_mark == flushed

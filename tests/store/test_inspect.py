@@ -122,7 +122,8 @@ def test_zero_tail_is_no_damage_but_stale_bytes_after_it_are_reported(tmp_path: 
     cp_path = str(tmp_path / "checkpoint")
     checkpoint, _ = read_checkpoint(cp_path)
     assert checkpoint is not None
-    lower_checkpoint(RealDisk(), cp_path, checkpoint, results[59].store_timestamp_ms)
+    lower_checkpoint(RealDisk(), cp_path, checkpoint, results[59].store_timestamp_ms,
+                     end=cut)
     patch(tmp_path, cut, bytes(8))
     r = inspect_store(str(tmp_path))
     assert r.records == 60 and r.max_valid_offset == cut and r.first_bad_offset is None
