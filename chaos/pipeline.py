@@ -209,7 +209,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
 
     # Each message's acks judged by promises.judge: looked up in its table,
     # per void category c{2 * master_disk_void + some_slave_void}, the key's
-    # two lowest bits (promises.JUDGE_INPUTS).
+    # two lowest bits (promises.judge_key packs JUDGE_INPUTS in this order).
     held = F.col("held")
     n_ok = sum((F.col(f"c{k}") for k in range(4)), F.lit(0).cast(_LONG))
     on_master = held.bitwiseAND(1) != 0
@@ -217,7 +217,8 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     only_on_rejected = held.bitwiseAND(F.col("served_mask")) == 0
     base = ((F.col("mode") * 2 + on_master.cast("int")) * 2 + on_slave.cast("int")) * 2 \
         + only_on_rejected.cast("int")
-    assert promises.JUDGE_INPUTS[-2:] == ("master_disk_void", "some_slave_void")
+    assert promises.JUDGE_INPUTS == ("on_master", "on_slave", "only_on_rejected",
+                                     "master_disk_void", "some_slave_void")
 
     def judged(figure: str) -> Column:
         table = F.array(*[F.lit(v) for v in promises.JUDGE_TABLE[figure]])
