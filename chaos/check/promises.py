@@ -1,7 +1,7 @@
 """What a PUT_OK promises in each mode, and how one acknowledged message is
 judged against it. Pure data and logic: no Spark, no files. The pipeline
-(chaos/report/pipeline.py) builds its column expressions from PROMISES and mirrors
-judge(); tests/chaos/test_pipeline.py runs both over every combination.
+(chaos/report/pipeline.py) looks judge()'s answers up in JUDGE_TABLE;
+tests/test_verdict_paths.py runs every checker over every combination.
 
     mode                          a PUT_OK promises
     SYNC_MASTER  + SYNC_FLUSH     on the master's disk, and received by a slave
@@ -9,7 +9,11 @@ judge(); tests/chaos/test_pipeline.py runs both over every combination.
     ASYNC_MASTER + SYNC_FLUSH     on the master's disk
     ASYNC_MASTER + ASYNC_FLUSH    nothing beyond the running process
 
-The rules, for one PUT_OK operation m of a run (times are m's invoke_ms):
+The rules, for one PUT_OK operation m of a run (times are m's invoke_ms),
+are written once, in judge(); every checker calls it, directly (per
+acknowledgement: chaos/check/summary.py, chaos/commands/bugs.py, through judge_acks) or
+through JUDGE_TABLE, its answers for every input (the Spark query,
+chaos/report/pipeline.py, which looks them up per message):
 
 - *held(N)*: node N's store after the run (the store the run kept, read
   again by `dlab report`, else the run's own read-back of it) holds a record
@@ -51,6 +55,7 @@ chaos/schema.py; the pipeline reports whether those were found).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -162,3 +167,89 @@ def judge(
         on_slave=on_slave,
         stranded=stranded,
     )
+
+
+# ------------------------------------------------- what one PUT_OK counts
+def ack_figures(v: AckVerdict) -> dict[str, bool]:
+    """Whether one judged PUT_OK counts in each of a run's verdict figures
+    (the report's verdicts.csv columns of these names): a run's figure is
+    the number of its PUT_OKs counted in it."""
+    return {
+        "acked_stranded": v.stranded,
+        "acked_lost_master": not v.on_master,
+        "acked_lost_everywhere": v.lost_everywhere,
+        "disk_promises": v.disk is not Outcome.NOT_PROMISED,
+        "disk_void": v.disk is Outcome.VOID,
+        "disk_violations": v.disk is Outcome.VIOLATED,
+        "replica_promises": v.replica is not Outcome.NOT_PROMISED,
+        "replica_void": v.replica is Outcome.VOID,
+        "replica_violations": v.replica is Outcome.VIOLATED,
+        "promise_violations": v.violation,
+        "allowed_loss": v.allowed_loss,
+    }
+
+
+ACK_FIGURES = tuple(ack_figures(AckVerdict(Outcome.KEPT, Outcome.KEPT, True, True)))
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One PUT_OK as judge_acks needs it."""
+
+    msg_id: str
+    invoke_ms: int
+
+
+def judge_acks(role: str, flush: str, acks: Iterable[Ack], held: Sequence[set[str]], *,
+               disk_void_until_ms: int, copy_void_until_ms: Sequence[int],
+               ignored_mask: int) -> dict[str, int]:
+    """A run's verdict figures (ACK_FIGURES and `acked`) over its PUT_OKs.
+    `held[i]`: the message ids node i holds (0: the master); the others'
+    copies are void for a message invoked at or before
+    `copy_void_until_ms[i - 1]`, the master's disk at or before
+    `disk_void_until_ms` (chaos.check.run_dirs.void_until); bit i of `ignored_mask`:
+    node i is a slave the master rejects or ignores (chaos.check.slave_ahead)."""
+    out = dict.fromkeys(("acked", *ACK_FIGURES), 0)
+    slaves = range(1, len(held))
+    for ack in acks:
+        holders = [i for i in slaves if ack.msg_id in held[i]]
+        v = judge(role, flush, on_master=ack.msg_id in held[0], on_slave=bool(holders),
+                  master_disk_void=ack.invoke_ms <= disk_void_until_ms,
+                  some_slave_void=any(ack.invoke_ms <= t for t in copy_void_until_ms),
+                  only_on_rejected=all(ignored_mask >> i & 1 for i in holders))
+        out["acked"] += 1
+        for name, counts in ack_figures(v).items():
+            out[name] += counts
+    return out
+
+
+# ------------------------------------------------- judge() as a table
+# Beside the mode, judge()'s inputs are five booleans, so a checker that
+# cannot call Python per message (the Spark query) looks its answers up
+# instead of restating the rule. A key packs the inputs, high bit first:
+MODES: tuple[tuple[str, str], ...] = tuple(PROMISES)
+JUDGE_INPUTS = ("on_master", "on_slave", "only_on_rejected", "master_disk_void",
+                "some_slave_void")
+JUDGE_KEYS = len(MODES) << len(JUDGE_INPUTS)
+
+
+def judge_key(role: str, flush: str, **inputs: bool) -> int:
+    """The key of judge(role, flush, **inputs): the mode's index in MODES,
+    then one bit per JUDGE_INPUTS name."""
+    key = MODES.index((role, flush))
+    for name in JUDGE_INPUTS:
+        key = key << 1 | bool(inputs[name])
+    return key
+
+
+def _judge_by_key(key: int) -> AckVerdict:
+    bits = [bool(key >> (len(JUDGE_INPUTS) - 1 - i) & 1) for i in range(len(JUDGE_INPUTS))]
+    role, flush = MODES[key >> len(JUDGE_INPUTS)]
+    return judge(role, flush, **dict(zip(JUDGE_INPUTS, bits, strict=True)))
+
+
+# JUDGE_TABLE[figure][key]: 1 if a PUT_OK with that key counts in the figure.
+JUDGE_TABLE: dict[str, tuple[int, ...]] = {
+    name: tuple(int(ack_figures(_judge_by_key(key))[name]) for key in range(JUDGE_KEYS))
+    for name in ACK_FIGURES
+}

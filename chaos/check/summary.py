@@ -18,8 +18,7 @@ from typing import Any
 from chaos.check import consumption, promises
 from chaos.check.run_dirs import RunInfo, load_run
 from chaos.schema import SchemaError, read_jsonl
-
-PUT_OK = "PUT_OK"
+from store.status import PutStatus
 
 
 @dataclass(frozen=True)
@@ -74,35 +73,27 @@ def _faults(run: RunInfo) -> list[dict[str, Any]]:
              "detail": f["detail"]} for f in run.faults]
 
 
+def judge_run_acks(run: RunInfo, history: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """The verdict figures of the run's PUT_OKs (chaos.check.promises.judge_acks)
+    against the records its nodes' read-backs hold."""
+    held: list[set[str]] = [{r["msg_id"] for r in read_jsonl(n.records_path) if r["msg_id"]}
+                            for n in run.nodes]
+    acks = [promises.Ack(h["msg_id"], h["invoke_ms"]) for h in history
+            if h["status"] == PutStatus.PUT_OK]
+    return promises.judge_acks(
+        run.params["role"], run.params["flush"], acks, held,
+        disk_void_until_ms=run.nodes[0].disk_void_until_ms,
+        copy_void_until_ms=[s.copy_void_until_ms for s in run.nodes[1:]],
+        ignored_mask=_ignored_slaves(run))
+
+
 def run_outcome(run_dir: str) -> RunOutcome:
     """Judge one run from its directory; raises SchemaError for a malformed one."""
     run = load_run(run_dir, 0)
     role, flush = run.params["role"], run.params["flush"]
     history = read_jsonl(run.history_path)
-    held: list[set[str]] = [{r["msg_id"] for r in read_jsonl(n.records_path) if r["msg_id"]}
-                            for n in run.nodes]
-    ignored = _ignored_slaves(run)
-    served = [i for i in range(1, len(run.nodes)) if not ignored >> i & 1]
-    rejected = [i for i in range(1, len(run.nodes)) if ignored >> i & 1]
-    master, slaves = run.nodes[0], run.nodes[1:]
-    acked = lost_master = lost_everywhere = stranded = violations = 0
-    for h in history:
-        if h["status"] != PUT_OK:
-            continue
-        acked += 1
-        msg, at = h["msg_id"], h["invoke_ms"]
-        on_master = msg in held[0]
-        on_slave = any(msg in held[i] for i in range(1, len(run.nodes)))
-        verdict = promises.judge(
-            role, flush, on_master=on_master, on_slave=on_slave,
-            master_disk_void=at <= master.disk_void_until_ms,
-            some_slave_void=any(at <= s.copy_void_until_ms for s in slaves),
-            only_on_rejected=(any(msg in held[i] for i in rejected)
-                              and not any(msg in held[i] for i in served)))
-        lost_master += not on_master
-        lost_everywhere += verdict.lost_everywhere
-        stranded += verdict.stranded
-        violations += verdict.violation
+    figures = judge_run_acks(run, history)
+    acked = figures["acked"]
     settle = [o["detail"] for o in run.observations if o["kind"] == "settle"]
     replication = str(settle[-1]) if settle else "not recorded"
     consumer: dict[str, int | None] | None = None
@@ -114,9 +105,11 @@ def run_outcome(run_dir: str) -> RunOutcome:
     return RunOutcome(
         run_id=run.run_id, run_dir=run.run_dir, mode=f"{role} + {flush}",
         promises=promises.short(role, flush), puts=len(history),
-        acked=acked, not_put_ok=len(history) - acked, acked_lost_master=lost_master,
-        acked_lost_everywhere=lost_everywhere, acked_stranded=stranded,
-        promise_violations=violations, slave_ahead_bytes=_slave_ahead_bytes(run),
+        acked=acked, not_put_ok=len(history) - acked,
+        acked_lost_master=figures["acked_lost_master"],
+        acked_lost_everywhere=figures["acked_lost_everywhere"],
+        acked_stranded=figures["acked_stranded"],
+        promise_violations=figures["promise_violations"], slave_ahead_bytes=_slave_ahead_bytes(run),
         replication=replication, replication_stalled=replication != "replication settled",
         faults=_faults(run), consumer=consumer, consumer_problem=problem)
 

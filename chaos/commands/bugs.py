@@ -10,12 +10,12 @@ the bugs `sim_refusal` lets through, on the simulated one (docs/known-bugs.md
 has the figures); tests/chaos/test_known_bugs.py does the same on fewer seeds.
 
 How a run is judged here (`judge_run`): chaos.check.promises.judge for every
-PUT_OK row of the history against the records read back from each node,
-with the void times chaos.check.run_dirs gives (the same rule the Spark pipeline's
-_message_figures mirrors, per PUT_OK row as its counts are), and
-chaos.check.consumption.run_figures for the consume side. It is the report's
-checker without Spark: a run is judged in well under a second, where the
-Spark job takes tens of seconds to start.
+PUT_OK row of the history against the records read back from each node
+(chaos.check.summary.judge_run_acks, the figures the Spark pipeline looks up
+in promises.JUDGE_TABLE), and chaos.check.consumption.run_figures for the
+consume side. It is the report's checker without Spark: a run is judged
+in well under a second, where the Spark job takes tens of seconds to
+start.
 
 The model behind each switch (what the bug was, the real fix, what the
 switch must change and must not) is docs/known-bugs-model.md; the code at
@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check import consumption, promises
+from chaos.check import consumption
 from chaos.check.run_dirs import load_run
+from chaos.check.summary import judge_run_acks
 from chaos.harness.scenarios import get as get_scenario
 from chaos.harness.workload import WorkloadConfig
 from chaos.schema import read_jsonl
@@ -225,17 +226,11 @@ def get(bug_id: str) -> Bug:
         raise KeyError(f"unknown bug {bug_id!r}; known: {', '.join(BY_ID)}") from None
 
 
-# Bugs whose scenario the sim runs but whose check means nothing there
-# (none today; a bug goes here with the reason, shown to the user).
-SIM_REFUSED: dict[str, str] = {}
-
-
 def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:
-    """Why the sim backend cannot check `bug`, or None when it can."""
+    """Why the sim backend cannot check `bug`, or None when it can (today
+    the sim runs every bug's scenario, under the power crash model only)."""
     from chaos.sim.run import SimUnsupportedError, check_supported
 
-    if bug.id in SIM_REFUSED:
-        return SIM_REFUSED[bug.id]
     try:
         check_supported(crash_model)
     except SimUnsupportedError as exc:
@@ -247,25 +242,10 @@ def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:
 def judge_run(run_dir: str) -> dict[str, int | None]:
     """The verdict figures of one finished run (see the module docstring)."""
     run = load_run(run_dir, 0)
-    role, flush = run.params["role"], run.params["flush"]
     rows = {n.name: read_jsonl(n.records_path) for n in run.nodes}
-    held = {name: {r["msg_id"] for r in recs} for name, recs in rows.items()}
     master, slaves = run.nodes[0], run.nodes[1:]
-    out: dict[str, int | None] = {k: 0 for k in FIGURES}
-    for h in read_jsonl(run.history_path):
-        if h["status"] != "PUT_OK":
-            continue
-        inv, mid = h["invoke_ms"], h["msg_id"]
-        v = promises.judge(
-            role, flush, on_master=mid in held[master.name],
-            on_slave=any(mid in held[s.name] for s in slaves),
-            master_disk_void=inv <= master.disk_void_until_ms,
-            some_slave_void=any(inv <= s.copy_void_until_ms for s in slaves))
-        out["acked"] = (out["acked"] or 0) + 1
-        for key, broken in (("disk_violations", v.disk is promises.Outcome.VIOLATED),
-                            ("replica_violations", v.replica is promises.Outcome.VIOLATED),
-                            ("promise_violations", v.violation)):
-            out[key] = (out[key] or 0) + int(broken)
+    judged = judge_run_acks(run, read_jsonl(run.history_path))
+    out: dict[str, int | None] = {k: judged[k] for k in FIGURES if k in judged}
     consumed = consumption.run_figures(run)
     for key in ("delivered_then_lost", "stored_never_delivered"):
         out[key] = None if consumed is None else consumed[key]

@@ -588,15 +588,6 @@ def _save(fig: Figure, out_dir: str, name: str) -> str:
     return rel
 
 
-def _mode_axes(fig: Figure, n: int) -> list[Any]:
-    cols = 1 if n == 1 else 2
-    rows = (n + cols - 1) // cols
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return list(axes[:n])
-
-
 def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
     """Per mode, the puts by outcome in absolute counts on a log axis, so a
     handful of lost messages shows beside thousands of failed puts."""

@@ -16,9 +16,9 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
            - messages: per (run, msg_id), history and record rows together:
              which nodes hold it (a bit per node), copies, its acks by
              whether the scenario voided the master's disk / a slave's copy
-             when it was invoked. Per message the promises of its mode are
-             judged (_message_figures mirrors chaos.check.promises.judge), then
-             summed per run; order is checked over the messages of a
+             when it was invoked. Per message its acks are judged by
+             chaos.check.promises.judge, looked up in the table of its answers
+             (promises.JUDGE_TABLE), then summed per run; order is checked over the messages of a
              producer. The acknowledged messages missing from the master
              ride along by name (the first LOST_IDS_MAX per run: lost.csv).
            - divergence: per (run, offset), each node's record (size, CRC,
@@ -105,9 +105,7 @@ from chaos.report.inputs import SMALL_INPUT_BYTES, inputs
 from chaos.report.progress import Progress, QuietProgress
 from chaos.schema import CONSUMER_NODE
 from chaos.spark_session import spark_session
-from store.status import INDETERMINATE
-
-PUT_OK = "PUT_OK"
+from store.status import INDETERMINATE, PutStatus
 
 SPARK_LOG = "spark.log"
 _LONG = T.LongType()
@@ -155,19 +153,17 @@ def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
     """Per run, what the Spark side needs to judge its messages (broadcast)."""
     rows = []
     for run in runs:
-        ps = promises.promises(run.params["role"], run.params["flush"])
         master, slaves = run.nodes[0], run.nodes[1:]
         void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
         slave_mask, ignored = (1 << len(run.nodes)) - 2, slave_ahead.ignored_slaves(run)
         rows.append((
             run.index, len(run.nodes), slave_mask, ignored, slave_mask & ~ignored,
-            promises.Promise.DISK in ps, promises.Promise.REPLICA in ps,
+            promises.MODES.index((run.params["role"], run.params["flush"])),
             void_until, any(t > NEVER_MS for t in void_until), run.params["started_ms"],
         ))
     return F.broadcast(spark.createDataFrame(rows, (
         "run int, n_nodes int, slave_mask long, ignored_mask long, served_mask long, "
-        "disk_promised boolean, replica_promised boolean, void_until array<long>, "
-        "any_void boolean, started_ms long")))
+        "mode int, void_until array<long>, any_void boolean, started_ms long")))
 
 
 def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> DataFrame:
@@ -184,7 +180,7 @@ def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> 
     disk_void = void_mask.bitwiseAND(1) != 0
     slave_void = void_mask.bitwiseAND(-2) != 0
     return history.join(runs_df.select("run", "n_nodes", "void_until", "any_void"), "run") \
-        .withColumn("cat", F.when(F.col("status") == PUT_OK,
+        .withColumn("cat", F.when(F.col("status") == PutStatus.PUT_OK,
                                   disk_void.cast("int") * 2 + slave_void.cast("int")))
 
 
@@ -194,7 +190,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     losses, indeterminate outcomes, duplicates, order."""
     # Malformed rows take part as rows that count nothing (see _inputs).
     good = ~F.col("bad")
-    ok = good & (F.col("status") == PUT_OK)
+    ok = good & (F.col("status") == PutStatus.PUT_OK)
     h = _void_categories(history, runs_df, max_nodes).select(
         "run", "msg_id", F.lit(None).cast("int").alias("node"),
         F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
@@ -217,26 +213,31 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms",
                                                    "ok_offset")],
     ).join(runs_df.select("run", "n_nodes", "slave_mask", "ignored_mask", "served_mask",
-                          "disk_promised", "replica_promised"), "run")
+                          "mode"), "run")
 
-    # The judgement of promises.judge, per message, for its acks in each of
-    # the four void categories c{2*disk_void + slave_void}.
+    # Each message's acks judged by promises.judge: looked up in its table,
+    # per void category c{2 * master_disk_void + some_slave_void}, the key's
+    # two lowest bits (promises.judge_key packs JUDGE_INPUTS in this order).
     held = F.col("held")
-    c0, c1, c2, c3 = (F.col(f"c{k}") for k in range(4))
-    n_ok = c0 + c1 + c2 + c3
+    n_ok = sum((F.col(f"c{k}") for k in range(4)), F.lit(0).cast(_LONG))
     on_master = held.bitwiseAND(1) != 0
     on_slave = held.bitwiseAND(F.col("slave_mask")) != 0
-    stranded = ~on_master & (held.bitwiseAND(F.col("ignored_mask")) != 0) \
-        & (held.bitwiseAND(F.col("served_mask")) == 0)
-    disk_missing = F.col("disk_promised") & ~on_master
-    replica_missing = F.col("replica_promised") & ~on_slave
+    only_on_rejected = held.bitwiseAND(F.col("served_mask")) == 0
+    base = ((F.col("mode") * 2 + on_master.cast("int")) * 2 + on_slave.cast("int")) * 2 \
+        + only_on_rejected.cast("int")
+    assert promises.JUDGE_INPUTS == ("on_master", "on_slave", "only_on_rejected",
+                                     "master_disk_void", "some_slave_void")
+
+    def judged(figure: str) -> Column:
+        table = F.array(*[F.lit(v) for v in promises.JUDGE_TABLE[figure]])
+        return sum((F.col(f"c{k}") * F.element_at(table, base * 4 + k + 1)
+                    for k in range(4)), F.lit(0).cast(_LONG)).alias(figure)
+
+    msgs = msgs.select("*", *[judged(f) for f in promises.ACK_FIGURES])
+    present = F.bit_count(held)
 
     def if_(cond: Column, value: Column) -> Column:
         return F.when(cond, value).otherwise(0)
-
-    violations = if_(disk_missing | replica_missing, c0) + if_(disk_missing, c1) \
-        + if_(replica_missing, c2)
-    present = F.bit_count(held)
 
     # Order, over the messages acknowledged and held by the master.
     placed = (n_ok > 0) & on_master
@@ -251,24 +252,20 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     # LOST_IDS_MAX per run in offset order (the counts above are exact).
     lost = F.when((n_ok > 0) & ~on_master, F.struct(
         F.col("ok_offset").alias("offset"), F.col("msg_id"), held.alias("held"),
-        stranded.alias("stranded"), (violations > 0).alias("violation")))
+        (F.col("acked_stranded") > 0).alias("stranded"),
+        (F.col("promise_violations") > 0).alias("violation")))
     return msgs.withColumn("prev", prev).groupBy("run").agg(
         F.slice(F.sort_array(F.collect_list(lost)), 1, LOST_IDS_MAX).alias("lost_ids"),
         F.sum(n_ok).alias("acked"),
         F.count_if(n_ok > 0).alias("acked_distinct"),
-        F.sum(if_(stranded, n_ok)).alias("acked_stranded"),
-        F.sum(if_(~on_master, n_ok)).alias("acked_lost_master"),
-        F.sum(if_(held == 0, n_ok)).alias("acked_lost_everywhere"),
+        *[F.sum(f).alias(f) for f in ("acked_stranded", "acked_lost_master",
+                                      "acked_lost_everywhere")],
         *[F.sum(if_((F.lit(i) < F.col("n_nodes")) & (F.shiftright(held, i).bitwiseAND(1) == 0),
                     n_ok)).alias(f"lost_node{i}") for i in range(max_nodes)],
-        F.sum(if_(F.col("disk_promised"), n_ok)).alias("disk_promises"),
-        F.sum(if_(disk_missing, c2 + c3)).alias("disk_void"),
-        F.sum(if_(disk_missing, c0 + c1)).alias("disk_violations"),
-        F.sum(if_(F.col("replica_promised"), n_ok)).alias("replica_promises"),
-        F.sum(if_(replica_missing, c1 + c3)).alias("replica_void"),
-        F.sum(if_(replica_missing, c0 + c2)).alias("replica_violations"),
-        F.sum(violations).alias("promise_violations"),
-        F.sum(if_(~on_master & ~stranded, n_ok - violations)).alias("allowed_loss"),
+        *[F.sum(f).alias(f) for f in ("disk_promises", "disk_void", "disk_violations",
+                                      "replica_promises", "replica_void",
+                                      "replica_violations", "promise_violations",
+                                      "allowed_loss")],
         F.sum("n_indet").alias("indeterminate"),
         F.sum(if_(held != 0, F.col("n_indet"))).alias("indeterminate_found"),
         F.count_if(F.col("copies") > present).alias("duplicates"),
@@ -369,7 +366,7 @@ def _three_digits(us: Column) -> Column:
 
 def _latency(history: DataFrame) -> DataFrame:
     """PUT_OK latency value counts per run, in µs (other rows under us null)."""
-    ok = ~F.col("bad") & (F.col("status") == PUT_OK)
+    ok = ~F.col("bad") & (F.col("status") == PutStatus.PUT_OK)
     return (history.groupBy("run", F.when(ok, _three_digits(_latency_us())).alias("us"))
             .agg(F.count("*").alias("n")))
 
@@ -394,7 +391,7 @@ def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | No
 def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
     """Per fault: the first PUT_OK invoked at or after it, as its complete
     time (ms, null if none came)."""
-    ok_after = ~F.col("bad") & (F.col("status") == PUT_OK) & (
+    ok_after = ~F.col("bad") & (F.col("status") == PutStatus.PUT_OK) & (
         F.col("invoke_ms") >= F.col("fault_ms"))
     return history.join(faults, "run").groupBy("run", "fault_id", "fault_ms").agg(
         F.min(F.when(ok_after, F.col("complete_ms"))).alias("put_ok_ms"))

@@ -34,13 +34,12 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from chaos.check.run_dirs import RunInfo
 from chaos.schema import read_jsonl
+from store.status import INDETERMINATE, PutStatus
 
 RUNS = "runs"
 TIMELINE_RUNS_MAX = 40
 BIN_S = 0.5
-PUT_OK = "PUT_OK"
-INDETERMINATE = "INDETERMINATE"
-STATUS_COLORS = {PUT_OK: "#4c9f70", INDETERMINATE: "#2b2d42"}
+STATUS_COLORS = {PutStatus.PUT_OK: "#4c9f70", INDETERMINATE: "#2b2d42"}
 OTHER_COLORS = ["#d1495b", "#edae49", "#00798c", "#6a4c93", "#8d6a9f", "#f46036", "#8d99ae"]
 FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "start": "#4c9f70", "restart": "#4c9f70",
                 "pause": "#f2b134", "resume": "#f2b134", "partition": "#00798c",
@@ -52,11 +51,6 @@ FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "start": "#4c9f70", "resta
 class Pages:
     paths: list[str] = field(default_factory=list)
     plots: dict[str, str] = field(default_factory=dict)  # run_id -> runs/RUN.png
-
-
-def page_rel(run_id: str) -> str:
-    """A run's page, relative to the report."""
-    return f"{RUNS}/{quote(run_id)}.html"
 
 
 def featured(verdicts: pd.DataFrame) -> list[str]:
@@ -193,10 +187,10 @@ def timeline_figure(run: RunInfo) -> Figure:
     ax_lanes.tick_params(labelsize=8)
 
     for status, g in h.groupby("status"):
-        ax_lat.scatter(g["t"], g["latency_ms"], s=3 if status == PUT_OK else 8,
-                       alpha=0.35 if status == PUT_OK else 0.8, color=colors[str(status)],
+        ax_lat.scatter(g["t"], g["latency_ms"], s=3 if status == PutStatus.PUT_OK else 8,
+                       alpha=0.35 if status == PutStatus.PUT_OK else 0.8, color=colors[str(status)],
                        label=f"{status} ({len(g):,})", linewidths=0)
-    ok = h[h["status"] == PUT_OK]
+    ok = h[h["status"] == PutStatus.PUT_OK]
     if len(ok):
         bins = np.floor(ok["t"] / BIN_S) * BIN_S + BIN_S / 2
         q = ok.groupby(bins)["latency_ms"].quantile([0.5, 0.99]).unstack()
@@ -211,8 +205,8 @@ def timeline_figure(run: RunInfo) -> Figure:
 
     edges = np.arange(0, max(end_s, float(h["t"].max()) if len(h) else 0) + BIN_S, BIN_S)
     if len(edges) > 1:
-        for name, g, color in (("PUT_OK", ok, STATUS_COLORS[PUT_OK]),
-                               ("failed", h[h["status"] != PUT_OK], "#d1495b")):
+        for name, g, color in (("PUT_OK", ok, STATUS_COLORS[PutStatus.PUT_OK]),
+                               ("failed", h[h["status"] != PutStatus.PUT_OK], "#d1495b")):
             n, _ = np.histogram(g["t"], bins=edges)
             ax_rate.step(edges[:-1], n / BIN_S, where="post", color=color, label=name)
     ax_rate.set_ylabel("puts per second", fontsize=8)

@@ -23,8 +23,7 @@ import pandas as pd
 
 from chaos.check import consumption, promises, rates
 from chaos.check.run_dirs import RunInfo
-
-PUT_OK = "PUT_OK"
+from store.status import PutStatus
 
 # The comparison has one row per value of these: the issue's role x flush x
 # scenario, split further only when a sweep varied the run conditions.
@@ -67,10 +66,6 @@ def percentiles(values: Any, counts: Any, ps: Sequence[float]) -> list[float | N
     return out
 
 
-def group_key(run: RunInfo) -> tuple[Any, ...]:
-    return tuple(run.params[k] for k in COMPARISON_KEYS)
-
-
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
                    consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
@@ -86,7 +81,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     when none came)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
-    for (run_index, status), n in (timeline[timeline["status"] != PUT_OK]
+    for (run_index, status), n in (timeline[timeline["status"] != PutStatus.PUT_OK]
                                    .groupby(["run", "status"])["ops"].sum().items()):
         failed.setdefault(int(run_index), {})[str(status)] = int(n)
     puts = timeline.groupby("run")["ops"].sum()

@@ -286,10 +286,11 @@ def test_bugs_check_on_the_sim_skips_what_it_cannot_run_and_says_why(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from chaos import cli
 
-    # The sim refuses no bug today (bugs.SIM_REFUSED is empty): give one a
+    # The sim refuses no bug under the power model today: give one a
     # reason, and check it with one it runs, through the same code path as
     # checking all bugs.
-    monkeypatch.setattr(bugs, "SIM_REFUSED", {"rmq-405": "a reason to refuse it"})
+    monkeypatch.setattr(bugs, "sim_refusal", lambda bug, crash_model="power": (
+        "a reason to refuse it" if bug.id == "rmq-405" else None))
     monkeypatch.setattr(bugs, "CORPUS", tuple(bugs.get(b) for b in ("rmq-2706", "rmq-405")))
     code = cli.main(["chaos", "bugs", "--check", "--backend", "sim", "--runs", "1",
                      "--sim-duration", "15", "--out", str(tmp_path)])

@@ -130,7 +130,9 @@ def main() -> int:
     )
     source = None
     if args.repair_from_dir:
-        from store_helpers import replica_files_source  # a sibling: this file runs as a script
+        from support.store_helpers import (
+            replica_files_source,  # a sibling: this file runs as a script
+        )
 
         source = replica_files_source(args.repair_from_dir)
     store = MessageStore.open(args.dir, config, failpoints=Failpoints(args.failpoints),
