@@ -1,5 +1,5 @@
 """`--backend sim`: a chaos run with the whole cluster in this process, on
-simulated time (issue 17).
+simulated time (docs/simulation.md).
 
 The master, its slaves and the producers run on one VirtualTimeLoop
 (store/sim/loop.py): time jumps to the next timer, nothing sleeps. The node

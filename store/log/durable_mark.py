@@ -4,8 +4,8 @@ turn a SIGKILL into an exact power cut (the `power` crash model).
 
 Why: under `power` a flush writes its bytes to the OS and then fsyncs them.
 A SIGKILL between the two leaves the written bytes in the page cache, where
-they survive the process; a power cut would lose them (LazyFS showed it:
-issue 17). So the node records the end of every completed fsync here, and
+they survive the process; a power cut would lose them (LazyFS showed it;
+docs/design.md, crash models). So the node records the end of every completed fsync here, and
 the harness (cluster/backends: kill, and every start of a node that died)
 calls `power_cut(data_dir)`, which discards what lies past the marks before
 the node restarts or anyone reads its store.

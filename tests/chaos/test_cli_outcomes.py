@@ -1,4 +1,4 @@
-"""Commands that say how it went (issue 19, item 5): exit statuses as each
+"""Commands that say how it went (README, exit status): exit statuses as each
 `--help` documents them, and every `--json` output parsed whole (nothing
 else on stdout). One small cluster for the module; one real chaos run; one
 `dlab report` (Spark) over that run and the pipeline's fixture runs."""

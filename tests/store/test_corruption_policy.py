@@ -1,4 +1,4 @@
-"""Protocol-aware recovery (issue 15, s.1): a flipped bit in the middle of
+"""Protocol-aware recovery (docs/design.md, Recovery): a flipped bit in the middle of
 flushed data is corruption, not a torn tail, and the store's
 corruption_policy decides: refuse (the default: nothing changes on disk),
 truncate (RocketMQ's cut, logged at ERROR with its cost) or repair (the range

@@ -1,5 +1,5 @@
-"""An fsync that fails (EIO) is a disk fault in its own right (issue 18, item
-5), injected by the `flush_fsync=eio@N` failpoint: the N-th flush's fsync
+"""An fsync that fails (EIO) is a disk fault in its own right
+(docs/design.md, flushing), injected by the `flush_fsync=eio@N` failpoint: the N-th flush's fsync
 raises EIO after the bytes that flush was to make durable are discarded (as
 Linux drops dirty pages after a failed writeback: a later fsync does not
 write them again).
