@@ -253,6 +253,68 @@ def _magic_hint(detail: str | None) -> str:
     return ""
 
 
+def _listing_problems(listing: SegmentListing) -> tuple[list[str], dict[str, list[str]]]:
+    """The listing's problems: those of the log as a whole, and those that
+    name one segment (reported with that segment)."""
+    problems: list[str] = []
+    by_name: dict[str, list[str]] = {}
+    for msg in listing.fatal + listing.problems:
+        name = msg.removeprefix("commitlog/").split(":", 1)[0]
+        if len(name) == NAME_DIGITS and name.isdigit():
+            by_name.setdefault(name, []).append(msg)
+        else:
+            problems.append(msg)
+    return problems, by_name
+
+
+def _segment_report(start: int, file_size: int, nominal: int, read: Callable[[int], Buffer],
+                    zero_from: ZeroFrom, markers: Markers, *, in_log: bool, last: bool,
+                    problems: list[str]) -> tuple[SegmentReport, int | None]:
+    """One segment scanned: its report (`problems` grows with what the scan
+    finds) and the store time of its first record, if it has one."""
+    name = segment_name(start)
+    try:
+        buf = memoryview(read(start))[:nominal]
+    except OSError as exc:
+        problems.append(f"commitlog/{name}: unreadable ({exc.strerror or exc})")
+        return SegmentReport(name, start, file_size, 0, ScanStop.UNREADABLE, start, in_log,
+                             bad_offset=start, reason="unreadable",
+                             detail=str(exc.strerror or exc), problems=problems), None
+    scan = scan_segment(buf, start, start, seg_size=nominal)
+    trailing = scan.stop == ScanStop.END and not zero_from(start, scan.end - start)
+    if (scan.stop == ScanStop.END and file_size < nominal and scan.end - start >= file_size
+            and not last):
+        # A middle segment cut short: its data runs off the end of the file.
+        # (A short last segment's missing end is never-written space, as the
+        # store treats it.)
+        scan = replace(scan, stop=ScanStop.DAMAGE, reason="truncated",
+                       detail=f"file ends at byte {file_size} of {nominal}")
+    bad_at = scan.end if scan.stop == ScanStop.DAMAGE else None
+    if scan.stop == ScanStop.DAMAGE:
+        problems.append(
+            f"commitlog/{name}: damaged record at offset {scan.end} "
+            f"({scan.reason}: {scan.detail}){_magic_hint(scan.detail)}"
+        )
+    elif trailing and markers.lock_held_by is not None:
+        problems.append(
+            f"commitlog/{name}: non-zero bytes after the end of data at {scan.end}: "
+            "most likely records written while this was read (the store is in use), "
+            "not damage"
+        )
+    elif trailing:
+        problems.append(
+            f"commitlog/{name}: non-zero bytes after the end of data at {scan.end} "
+            "(left by a torn write or an interrupted truncation; recovery treats "
+            "the zero header at the end as the end of data)"
+        )
+    seg = SegmentReport(
+        name, start, file_size, scan.records, scan.stop, scan.end, in_log,
+        scan.last_store_timestamp_ms, bad_at, scan.reason, scan.detail, problems,
+    )
+    first_ts = first_record_timestamp(buf, start) if scan.records else None
+    return seg, first_ts
+
+
 def inspect_log(
     path: str,
     listing: SegmentListing,
@@ -268,14 +330,7 @@ def inspect_log(
         def zero_from(start: int, pos: int) -> bool:
             return _zero_from(read(start), pos)
     seg_size = listing.segment_size
-    problems: list[str] = []
-    fatal_by_name: dict[str, list[str]] = {}
-    for msg in listing.fatal + listing.problems:
-        name = msg.removeprefix("commitlog/").split(":", 1)[0]
-        if len(name) == NAME_DIGITS and name.isdigit():
-            fatal_by_name.setdefault(name, []).append(msg)
-        else:
-            problems.append(msg)
+    problems, fatal_by_name = _listing_problems(listing)
 
     segments: list[SegmentReport] = []
     in_log = True
@@ -289,54 +344,17 @@ def inspect_log(
     bad: tuple[int, str, str | None, str] | None = None
     for i, start in enumerate(listing.starts):
         name = segment_name(start)
-        file_size = listing.sizes[start]
-        seg_problems = list(fatal_by_name.get(name, []))
         if in_log and expect_next is not None and start != expect_next:
             in_log = False  # a missing segment (listed as a problem): the log ends at the gap
         # A file longer than the segment size is scanned only up to it (the
         # size itself is reported as a problem).
-        nominal = seg_size or file_size
-        try:
-            buf = memoryview(read(start))[:nominal]
-        except OSError as exc:
-            seg_problems.append(f"commitlog/{name}: unreadable ({exc.strerror or exc})")
-            seg = SegmentReport(name, start, file_size, 0, ScanStop.UNREADABLE, start, in_log,
-                                bad_offset=start, reason="unreadable",
-                                detail=str(exc.strerror or exc), problems=seg_problems)
-        else:
-            scan = scan_segment(buf, start, start, seg_size=nominal)
-            trailing = scan.stop == ScanStop.END and not zero_from(start, scan.end - start)
-            if (scan.stop == ScanStop.END and file_size < nominal and scan.end - start >= file_size
-                    and i < len(listing.starts) - 1):
-                # A middle segment cut short: its data runs off the end of the
-                # file. (A short last segment's missing end is never-written
-                # space, as the store treats it.)
-                scan = replace(scan, stop=ScanStop.DAMAGE, reason="truncated",
-                               detail=f"file ends at byte {file_size} of {nominal}")
-            bad_at = scan.end if scan.stop == ScanStop.DAMAGE else None
-            if scan.stop == ScanStop.DAMAGE:
-                seg_problems.append(
-                    f"commitlog/{name}: damaged record at offset {scan.end} "
-                    f"({scan.reason}: {scan.detail}){_magic_hint(scan.detail)}"
-                )
-            elif trailing and markers.lock_held_by is not None:
-                seg_problems.append(
-                    f"commitlog/{name}: non-zero bytes after the end of data at {scan.end}: "
-                    "most likely records written while this was read (the store is in use), "
-                    "not damage"
-                )
-            elif trailing:
-                seg_problems.append(
-                    f"commitlog/{name}: non-zero bytes after the end of data at {scan.end} "
-                    "(left by a torn write or an interrupted truncation; recovery treats "
-                    "the zero header at the end as the end of data)"
-                )
-            seg = SegmentReport(
-                name, start, file_size, scan.records, scan.stop, scan.end, in_log,
-                scan.last_store_timestamp_ms, bad_at, scan.reason, scan.detail, seg_problems,
-            )
-            if in_log and scan.records and first_ts is None:
-                first_ts = first_record_timestamp(buf, start)
+        nominal = seg_size or listing.sizes[start]
+        seg, seg_first_ts = _segment_report(
+            start, listing.sizes[start], nominal, read, zero_from, markers, in_log=in_log,
+            last=i == len(listing.starts) - 1, problems=list(fatal_by_name.get(name, [])))
+        if in_log and first_ts is None:
+            first_ts = seg_first_ts
+        seg_problems = seg.problems
         segments.append(seg)
         problems.extend(seg_problems)
         if in_log:
