@@ -348,7 +348,15 @@ def register(sub: Any, bench_sub: Any) -> None:
         "all nodes recovered and stopped cleanly, and their stores read back from disk. "
         "Each run writes a result directory the report reads.")
     csub = chaos.add_subparsers(dest="chaos_command", metavar="SUBCOMMAND", required=True)
+    _register_run(csub)
+    _register_matrix(csub)
+    _register_bugs(csub)
+    _register_listings(csub)
+    replay.register(csub)
+    compare_backends.register(csub)
 
+
+def _register_run(csub: Any) -> None:
     p = csub.add_parser("run", help="one run: a scenario, a mode, a seed",
                         description="Run one scenario in one mode. The same --seed replays "
                         "the same fault schedule, failpoint hits and workload. It ends with "
@@ -371,6 +379,8 @@ def register(sub: Any, bench_sub: Any) -> None:
     _common(p)
     p.set_defaults(handler=cmd_run)
 
+
+def _register_matrix(csub: Any) -> None:
     p = csub.add_parser("matrix", help="the four modes x scenarios x runs, then the report",
                         description="Runs every role/flush mode against each scenario "
                         "--runs times (run k of every cell uses seed --seed+k, so modes face "
@@ -407,6 +417,8 @@ def register(sub: Any, bench_sub: Any) -> None:
     _common(p)
     p.set_defaults(handler=cmd_matrix)
 
+
+def _register_bugs(csub: Any) -> None:
     p = csub.add_parser("bugs", help="the known RocketMQ bugs a node can re-introduce",
                         description="Lists the known-bug corpus (--emulate BUG on nodes, runs "
                         "and matrices): each bug's thread, what the switch re-introduces, the "
@@ -431,6 +443,9 @@ def register(sub: Any, bench_sub: Any) -> None:
                    help="what a kill loses (default power)")
     p.set_defaults(handler=cmd_bugs)
 
+
+def _register_listings(csub: Any) -> None:
+    """`dlab chaos scenarios` and `dlab chaos plan`: what runs would do."""
     p = csub.add_parser("scenarios", help="list the shipped scenarios",
                         description="List every shipped scenario: its steps and failpoints.",
                         epilog="exit status: 0.")
@@ -448,6 +463,3 @@ def register(sub: Any, bench_sub: Any) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the plan as one JSON object and nothing else")
     p.set_defaults(handler=cmd_plan)
-
-    replay.register(csub)
-    compare_backends.register(csub)
