@@ -116,6 +116,8 @@ def _ms_label(v: float, _pos: Any = None) -> str:
 
 
 def timeline_figure(run: RunInfo) -> Figure:
+    """A run's timeline: each producer's operations, the consumer's pulls and
+    the faults per node in lanes; PUT latency; puts per second."""
     h = _history(run)
     start = run.params["started_ms"]
     end_s = (run.params["ended_ms"] - start) / 1000
@@ -143,7 +145,26 @@ def timeline_figure(run: RunInfo) -> Figure:
     if consumed is not None and len(consumed):
         ax_lanes.scatter((consumed["time_ms"] - start) / 1000, [y["consumer"]] * len(consumed),
                          marker="|", s=60, color="#00798c", linewidths=0.6)
+    spans, instants = _draw_faults(ax_lanes, run, y, start)
+    _draw_observations(ax_lanes, run, y, start)
+    ax_lanes.set_yticks(list(y.values()), list(y))
+    ax_lanes.set_ylim(-0.8, len(lanes) - 0.2)
+    ax_lanes.set_ylabel("operations and faults", fontsize=8)
+    ax_lanes.tick_params(labelsize=8)
+    _draw_latency(ax_lat, h, colors)
+    _draw_rate(ax_rate, h, end_s)
+    for ax in (ax_lat, ax_rate):
+        for begin, width, color in spans:
+            ax.axvspan(begin, begin + width, color=color, alpha=0.15)
+        for at, color in instants:
+            ax.axvline(at, color=color, linewidth=1.2, linestyle="--")
+    return fig
 
+
+def _draw_faults(ax: Any, run: RunInfo, y: dict[str, int], start: int,
+                 ) -> tuple[list[tuple[float, float, str]], list[tuple[float, str]]]:
+    """Each fault in its node's lane: a bar for one with a duration, a line
+    for an instant one. Returns both, for the other panels to mark."""
     instants: list[tuple[float, str]] = []
     spans: list[tuple[float, float, str]] = []
     for f in run.faults:
@@ -158,68 +179,67 @@ def timeline_figure(run: RunInfo) -> Figure:
             width = (f["end_ms"] - f["start_ms"]) / 1000
             spans.append((begin, width, color))
             if lane is not None:
-                ax_lanes.broken_barh([(begin, width)], (lane - 0.35, 0.7), color=color,
-                                     alpha=0.6)
-                ax_lanes.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
+                ax.broken_barh([(begin, width)], (lane - 0.35, 0.7), color=color, alpha=0.6)
+                ax.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
         else:
             instants.append((begin, color))
             if lane is not None:
-                ax_lanes.plot([begin, begin], [lane - 0.45, lane + 0.45], color=color,
-                              linewidth=2)
-                ax_lanes.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
+                ax.plot([begin, begin], [lane - 0.45, lane + 0.45], color=color, linewidth=2)
+                ax.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
+    return spans, instants
+
+
+def _draw_observations(ax: Any, run: RunInfo, y: dict[str, int], start: int) -> None:
+    """A slave seen ahead of its master, and replication that stalled."""
     for o in run.observations:
         at = (o["time_ms"] - start) / 1000
         if o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]:
             lane = y.get(o["slave"])
             if lane is not None:
-                ax_lanes.plot(at, lane, marker="^", color="#9b5de5", markersize=8)
+                ax.plot(at, lane, marker="^", color="#9b5de5", markersize=8)
                 gap = o["slave_offset"] - o["master_offset"]
-                ax_lanes.text(at, lane - 0.42, f" ahead {gap:,} B", fontsize=7, va="top",
-                              color="#6a2ca5")
+                ax.text(at, lane - 0.42, f" ahead {gap:,} B", fontsize=7, va="top",
+                        color="#6a2ca5")
         elif o["kind"] == "settle" and "stalled" in (o.get("detail") or ""):
             lane = y.get(o.get("master") or run.nodes[0].name, 0)
-            ax_lanes.plot(at, lane, marker="s", color="#d1495b", markersize=7)
-            ax_lanes.text(at, lane - 0.42, " replication stalled", fontsize=7, va="top",
-                          color="#d1495b")
-    ax_lanes.set_yticks(list(y.values()), list(y))
-    ax_lanes.set_ylim(-0.8, len(lanes) - 0.2)
-    ax_lanes.set_ylabel("operations and faults", fontsize=8)
-    ax_lanes.tick_params(labelsize=8)
+            ax.plot(at, lane, marker="s", color="#d1495b", markersize=7)
+            ax.text(at, lane - 0.42, " replication stalled", fontsize=7, va="top",
+                    color="#d1495b")
 
+
+def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str]) -> None:
+    """Each put's latency by status, with PUT_OK's p50 and p99 per bin."""
     for status, g in h.groupby("status"):
-        ax_lat.scatter(g["t"], g["latency_ms"], s=3 if status == PutStatus.PUT_OK else 8,
-                       alpha=0.35 if status == PutStatus.PUT_OK else 0.8, color=colors[str(status)],
-                       label=f"{status} ({len(g):,})", linewidths=0)
+        ax.scatter(g["t"], g["latency_ms"], s=3 if status == PutStatus.PUT_OK else 8,
+                   alpha=0.35 if status == PutStatus.PUT_OK else 0.8, color=colors[str(status)],
+                   label=f"{status} ({len(g):,})", linewidths=0)
     ok = h[h["status"] == PutStatus.PUT_OK]
     if len(ok):
         bins = np.floor(ok["t"] / BIN_S) * BIN_S + BIN_S / 2
         q = ok.groupby(bins)["latency_ms"].quantile([0.5, 0.99]).unstack()
-        ax_lat.plot(q.index, q[0.5], color="black", linewidth=1, label="PUT_OK p50")
-        ax_lat.plot(q.index, q[0.99], color="#d1495b", linewidth=1, label="PUT_OK p99")
-    ax_lat.set_yscale("log")
-    ax_lat.yaxis.set_major_formatter(FuncFormatter(_ms_label))
-    ax_lat.yaxis.set_minor_formatter(NullFormatter())
-    ax_lat.set_ylabel("latency, ms (log)", fontsize=8)
-    ax_lat.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax_lat.tick_params(labelsize=8)
+        ax.plot(q.index, q[0.5], color="black", linewidth=1, label="PUT_OK p50")
+        ax.plot(q.index, q[0.99], color="#d1495b", linewidth=1, label="PUT_OK p99")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("latency, ms (log)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.tick_params(labelsize=8)
 
+
+def _draw_rate(ax: Any, h: pd.DataFrame, end_s: float) -> None:
+    """PUT_OK and failed puts per second."""
+    ok = h[h["status"] == PutStatus.PUT_OK]
     edges = np.arange(0, max(end_s, float(h["t"].max()) if len(h) else 0) + BIN_S, BIN_S)
     if len(edges) > 1:
         for name, g, color in (("PUT_OK", ok, STATUS_COLORS[PutStatus.PUT_OK]),
                                ("failed", h[h["status"] != PutStatus.PUT_OK], "#d1495b")):
             n, _ = np.histogram(g["t"], bins=edges)
-            ax_rate.step(edges[:-1], n / BIN_S, where="post", color=color, label=name)
-    ax_rate.set_ylabel("puts per second", fontsize=8)
-    ax_rate.set_xlabel("seconds since the run started", fontsize=8)
-    ax_rate.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax_rate.tick_params(labelsize=8)
-
-    for ax in (ax_lat, ax_rate):
-        for begin, width, color in spans:
-            ax.axvspan(begin, begin + width, color=color, alpha=0.15)
-        for at, color in instants:
-            ax.axvline(at, color=color, linewidth=1.2, linestyle="--")
-    return fig
+            ax.step(edges[:-1], n / BIN_S, where="post", color=color, label=name)
+    ax.set_ylabel("puts per second", fontsize=8)
+    ax.set_xlabel("seconds since the run started", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.tick_params(labelsize=8)
 
 
 # ------------------------------------------------------------------ page
