@@ -1,6 +1,6 @@
 """The answer a master gives a put after its flush and replica waits: a
 pure function of data (no store, no stream, no clock), so every
-combination of outcomes is unit-tested (tests/test_sync_master_answer.py).
+combination of outcomes is unit-tested (tests/ha/test_sync_master_answer.py).
 The waits themselves run at the edge (cluster/node/put_answer.py).
 
 The rules (the design brief, DESIGN.md: "SYNC_MASTER put", "Flush",

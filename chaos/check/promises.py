@@ -1,7 +1,7 @@
 """What a PUT_OK promises in each mode, and how one acknowledged message is
 judged against it. Pure data and logic: no Spark, no files. The pipeline
 (chaos/report/pipeline.py) looks judge()'s answers up in JUDGE_TABLE;
-tests/test_verdict_paths.py runs every checker over every combination.
+tests/chaos/test_verdict_paths.py runs every checker over every combination.
 
     mode                          a PUT_OK promises
     SYNC_MASTER  + SYNC_FLUSH     on the master's disk, and received by a slave

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check import consumption
+from chaos.check import consumption, divergence
 from chaos.check.run_dirs import load_run
 from chaos.check.summary import judge_run_acks
 from chaos.harness.scenarios import get as get_scenario
@@ -249,36 +249,9 @@ def judge_run(run_dir: str) -> dict[str, int | None]:
     consumed = consumption.run_figures(run)
     for key in ("delivered_then_lost", "stored_never_delivered"):
         out[key] = None if consumed is None else consumed[key]
-    out["divergent_records"] = divergent_records(rows[master.name],
-                                                 [rows[s.name] for s in slaves])
+    out["divergent_records"], _ = divergence.divergence(
+        [rows[master.name], *[rows[s.name] for s in slaves]])
     return out
-
-
-def _identity(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r["size"], r["body_crc"], r["msg_id"], r.get("record_hash") or 0)
-
-
-def divergent_records(master: Sequence[dict[str, Any]],
-                      slaves: Sequence[Sequence[dict[str, Any]]]) -> int:
-    """Master records, on the range the master and a slave both hold (the
-    larger first offset to the smaller end), that the slave does not hold
-    byte for byte at the same offset; once per master record however many
-    slaves differ. The report's rule (chaos/report/pipeline.py _divergence)."""
-    if not master:
-        return 0
-    lo0 = min(r["offset"] for r in master)
-    hi0 = max(r["offset"] + r["size"] for r in master)
-    differing: set[int] = set()
-    for slave in slaves:
-        if not slave:
-            continue
-        lo = max(lo0, min(r["offset"] for r in slave))
-        hi = min(hi0, max(r["offset"] + r["size"] for r in slave))
-        at = {r["offset"]: _identity(r) for r in slave}
-        for r in master:
-            if lo <= r["offset"] < hi and at.get(r["offset"]) != _identity(r):
-                differing.add(r["offset"])
-    return len(differing)
 
 
 # ------------------------------------------------------------------ checks

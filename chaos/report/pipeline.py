@@ -90,7 +90,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from chaos.check import consumption, kept_stores, matrix_plan, promises, slave_ahead
+from chaos.check import (
+    consumption,
+    divergence,
+    kept_stores,
+    matrix_plan,
+    promises,
+    slave_ahead,
+)
 from chaos.check.run_dirs import (
     NEVER_MS,
     Problem,
@@ -282,8 +289,8 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
     slave's records inside the gap of the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
-    # The gap counts ride on the pass that finds each node's bounds: a
-    # branch of their own would read the whole records exchange again.
+    # The gap counts ride on the pass that counts each node's malformed
+    # rows: a branch of their own would read the whole records exchange again.
     per_run, ahead_counts = records, []
     if ahead is not None:
         per_run = records.join(ahead, "run", "left")
@@ -293,47 +300,17 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
             good & (node == F.col(f"node_{k}")) & (offset >= F.col(f"lo_{k}"))
             & (offset < F.col(f"hi_{k}")), F.lit(False))).alias(f"ahead{k}")
             for k in range(slots)]
-    bounds = per_run.groupBy("run").agg(*[
-        agg for i in range(max_nodes) for agg in (
-            F.min(F.when(good & (node == i), F.col("offset"))).alias(f"lo{i}"),
-            F.max(F.when(good & (node == i), F.col("offset") + F.col("size"))).alias(f"hi{i}"))
-    ], *ahead_counts)
-    # A record as longs, so the aggregation compiles: size and CRC exactly,
-    # the message id as a 64-bit hash (two ids colliding at one offset with
-    # equal size and CRC: ~2^-64), and the hash of its whole bytes, which
-    # tells records apart that differ only in header bytes (0 in read-backs
-    # written before it: then id, size and CRC decide).
-    parts = {"size": F.col("size"), "crc": F.col("body_crc"),
-             "id": F.xxhash64(F.coalesce(F.col("msg_id"), F.lit("\0null"))),
-             "hash": F.coalesce(F.col("record_hash"), F.lit(0).cast(_LONG))}
-    by_offset = records.groupBy("run", "offset").agg(
-        *[F.max(F.when(good & (node == i), v)).alias(f"{k}{i}")
-          for i in range(max_nodes) for k, v in parts.items()],
+    per_node = per_run.groupBy("run").agg(
         *[F.count_if(~good & (node == i)).alias(f"bad{i}") for i in range(max_nodes)],
-    ).join(bounds.hint("shuffle_hash"), "run")
-
-    def diverges(i: int) -> Column:
-        same = F.col("size0").eqNullSafe(F.col(f"size{i}")) & F.col("crc0").eqNullSafe(
-            F.col(f"crc{i}")) & F.col("id0").eqNullSafe(F.col(f"id{i}")) & F.col(
-            "hash0").eqNullSafe(F.col(f"hash{i}"))
-        in_common = (F.col("offset") >= F.greatest("lo0", f"lo{i}")) & (
-            F.col("offset") < F.least("hi0", f"hi{i}"))
-        both = F.col("lo0").isNotNull() & F.col(f"lo{i}").isNotNull()
-        # Only where the master's record starts: a slave record starting
-        # elsewhere in the common range lies inside a master record that
-        # differs (records tile both logs), which is counted already.
-        master_record = F.col("size0").isNotNull()
-        return F.coalesce(both & in_common & master_record & ~same, F.lit(False)).cast("int")
-
-    # A master record differing from several slaves is one divergent message.
-    n_div = (F.greatest(*[diverges(i) for i in range(1, max_nodes)]) if max_nodes > 2
-             else diverges(1) if max_nodes > 1 else F.lit(0))
-    return by_offset.groupBy("run").agg(
-        F.sum(n_div).alias("divergent_records"),
-        F.min(F.when(n_div > 0, F.col("offset"))).alias("first_divergent_offset"),
-        *[F.sum(f"bad{i}").alias(f"bad{i}") for i in range(max_nodes)],
-        *[F.max(c).alias(c) for c in bounds.columns if c.startswith("ahead")],
-    )
+        *ahead_counts)
+    # The rule itself is chaos/check/divergence.py's, run on each run's
+    # records (grouped by run, as the input exchange already is).
+    div = records.select("run", "node", "offset", "size", "body_crc", "msg_id",
+                         "record_hash", "bad").groupBy("run").applyInPandas(
+        divergence.divergence_group, divergence.FRAME_SCHEMA)
+    return per_node.join(div, "run", "left").select(
+        "run", F.coalesce("divergent_records", F.lit(0).cast(_LONG)).alias("divergent_records"),
+        "first_divergent_offset", *[c for c in per_node.columns if c != "run"])
 
 
 def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:

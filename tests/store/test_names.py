@@ -127,7 +127,7 @@ def test_records_with_bad_names_in_the_commitlog_get_no_queue_and_no_path(
 
 
 def test_consumequeue_directories_named_badly_are_ignored(tmp_path: Path) -> None:
-    # (A linked one makes the open refuse: tests/test_store_symlinks.py.)
+    # (A linked one makes the open refuse: tests/store/test_store_symlinks.py.)
     store_dir = tmp_path / "store"
     MessageStore.open(str(store_dir), TESTING).close_sync()
     cq = store_dir / "consumequeue"

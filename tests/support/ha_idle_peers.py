@@ -1,4 +1,4 @@
-"""A child process for tests/test_ha_memory_bounds.py: HA streams that
+"""A child process for tests/ha/test_ha_memory_bounds.py: HA streams that
 report offset 0 and never read what the master ships.
 
     python tests/support/ha_idle_peers.py ADDRESS TOKEN_FILE COUNT PREFIX
