@@ -50,6 +50,12 @@ def register_send(sub: Any) -> None:
                    help="stop after this many seconds whatever --count says (default 300)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds bodies and message ids (default 0)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="re-send a message whose send failed, timed out or reached a node "
+                        "that is not the master, up to N times, same message id (a failed "
+                        "call may have stored it: a retry can store it twice); with --dir "
+                        "each retry follows the cluster's route, re-read after the failure, "
+                        "to the current master (default 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the table, and nothing else on "
                         "stdout")
@@ -79,12 +85,27 @@ def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: 
         raise UserError(str(exc)) from None
 
 
+def _sender(args: argparse.Namespace, addr: str, token: str) -> Any:
+    """Where `dlab send` sends: with --dir the cluster's route (its master
+    now, followed across a failover), else the node given; both retry."""
+    from cluster.client.routing import FixedRoute, RoutedClient, Routes, RouteSource
+    from cluster.node.route import RouteError
+
+    timeout = args.timeout or 10.0
+    routes: Routes = RouteSource(args.dir) if args.dir else FixedRoute(addr)
+    try:
+        return RoutedClient(routes, token=token, timeout_s=timeout, retries=args.retries)
+    except RouteError as exc:
+        raise UserError(str(exc)) from None
+
+
 def cmd_send(args: argparse.Namespace) -> int:
-    from cluster.client.node_client import AsyncNodeClient
     from cluster.client.sendload import format_report, run_load
 
     if args.size > 64 << 20:
         raise UserError("--size: at most 64MiB")
+    if args.retries < 0:
+        raise UserError(f"--retries {args.retries}: give 0 or more")
     if args.to_deprecated:
         print("dlab send: --to is deprecated: use --target (as `dlab consume` does)",
               file=sys.stderr)
@@ -92,7 +113,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     (addr, *_), token = _targets_and_token(args, [given] if given else None, "--target")
 
     async def go() -> Any:
-        async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0) as c:
+        async with _sender(args, addr, token) as c:
             return await run_load(c, count=args.count, size=args.size,
                                   concurrency=args.concurrency, rate=args.rate,
                                   topic=args.topic, max_seconds=args.max_seconds or 300.0,
@@ -195,6 +216,22 @@ def _check_offset_file(path: str) -> None:
                         "user; give a file in a directory you can write")
 
 
+def _route_master(directory: str) -> Any:
+    """The address the cluster's route names master now (None while it
+    names none), re-read when the route changes."""
+    from cluster.client.routing import RouteSource
+    from cluster.node.route import RouteError
+
+    routes = RouteSource(directory)
+
+    def master() -> str | None:
+        try:
+            return routes.current().address
+        except RouteError:
+            return None
+    return master
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from cluster.client.consumer import Consumer, ConsumerError, Delivery
 
@@ -224,7 +261,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with Consumer(targets, token=token, group=args.group, topic=args.topic,
                             mode=args.mode, commit_interval_ms=args.commit_interval_ms,
-                            offset_file=args.offset_file) as c:
+                            offset_file=args.offset_file,
+                            master=_route_master(args.dir) if args.dir else None) as c:
             return await c.run(show, max_messages=args.max, idle_exit_s=args.idle_exit)
 
     try:
