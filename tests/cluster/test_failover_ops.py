@@ -18,7 +18,7 @@ import pytest
 from support.cli_helpers import REPO, dlab, ok
 from support.ha_helpers import FAST, wait_until
 
-from cluster.client.node_client import NodeClient
+from cluster.client.node_client import NodeClient, SendOutcome, make_message
 from cluster.node.auth import read_token_file
 
 NODE_ARGS = " ".join(FAST)
@@ -249,3 +249,50 @@ def test_every_failover_command_has_help() -> None:
     for action in ("promote", "lose", "rejoin"):
         r = dlab("cluster", action, "--help")
         assert r.returncode == 0 and "--json" in r.stdout and "exit status" in r.stdout
+
+
+def test_a_put_stored_by_a_node_the_route_no_longer_names_master_is_marked_stale(
+        tmp_path: Path, cluster_dirs: list[str]) -> None:
+    """The split brain a client can see: its put is stalled on the master
+    (a failpoint delay after the append) while the route moves to another
+    node (as a name server would after the operator promoted it); the old
+    master then stores and acknowledges the put."""
+    import asyncio
+
+    from cluster.backends.local import LocalBackend
+    from cluster.client.routing import RoutedClient, RouteSource
+    from cluster.client.sendload import LoadReport
+    from cluster.node.route import Route
+
+    d = str(tmp_path / "c")
+    cluster_dirs.append(d)
+    up(d, "--slaves", "1", "--role", "ASYNC_MASTER")
+    backend = LocalBackend(d)
+    backend.set_failpoints("master", "after_append_before_flush=delay:2000@1")
+    backend.restart("master")
+    addresses = {n.name: n.address for n in backend.nodes()}
+    token = read_token_file(os.path.join(d, "token"))
+
+    def move_route_to_slave1() -> None:
+        tmp = Path(d, "route.json.tmp")
+        tmp.write_text(json.dumps(Route(master="slave1", address=addresses["slave1"],
+                                        since_ms=1, epoch=2).to_dict()))
+        os.replace(tmp, Path(d, "route.json"))
+
+    async def go() -> list[SendOutcome]:
+        async with RoutedClient(RouteSource(d), token=token, timeout_s=10) as c:
+            stalled = asyncio.ensure_future(c.send(make_message("t", b"x", msg_id="m1")))
+            await asyncio.sleep(0.7)  # the put is in the master's stall now
+            move_route_to_slave1()
+            first = await stalled
+            second = await c.send(make_message("t", b"y", msg_id="m2"))
+            return [first, second]
+
+    first, second = asyncio.run(go())
+    assert first.status == "PUT_OK" and first.node == addresses["master"]
+    assert first.stale_master
+    # The next put follows the route to slave1, which refuses puts (not
+    # stale: it stored nothing).
+    assert second.status == "SERVICE_NOT_AVAILABLE" and not second.stale_master
+    report = LoadReport("x", 2, 1, 1, 0.0, outcomes=[first, second])
+    assert report.summary()["stale_master_acks"] == 1
