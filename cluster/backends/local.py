@@ -346,8 +346,11 @@ class LocalBackend(ClusterDir):
         the slave received first, and a node keeps one start path per role.
         A running old master restarts as a slave the same way. Slaves that
         only change master need no restart: their link proxy now leads to
-        the new master and their HA client reconnects through it. The route
-        names the new master before it restarts, so clients retry there.
+        the new master and their HA client reconnects through it. The state
+        and the route change first, before any process does: a failure
+        half-way leaves the cluster described as it is meant to be (`start`
+        finishes the job), and clients retry towards the new master while it
+        restarts.
         The returned info's extra["links"]: each follower's link once settled."""
         with self._locked():
             state = self._load()
@@ -355,6 +358,7 @@ class LocalBackend(ClusterDir):
             plan = plan_promote(state, name, running=running, now_ms=time.time_ns() // 1_000_000,
                                 free_port=lambda: free_ports(1)[0], role=role, flush=flush)
             self._save(state)
+            self._publish_route(state)
             deadline = time.monotonic() + timeout_s
             for n in plan.restart:
                 self._stop_proc(n, _pid(state["nodes"][n]))
@@ -362,7 +366,6 @@ class LocalBackend(ClusterDir):
                 self._end_proxy(name, plan.dropped_proxy)
             for n in plan.retarget:
                 self._restart_proxy(state, n)
-            self._publish_route(state)
             for n in plan.restart:  # the new master first
                 self._spawn_node(state, n)
             self._save(state)

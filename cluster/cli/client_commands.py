@@ -21,14 +21,17 @@ def register_send(sub: Any) -> None:
         "send", help="send messages to a node and report statuses and latencies",
         description="Send messages and print per-status counts and latency percentiles, "
         "and what the node said for each refusing status. A call that failed or timed out "
-        "counts as INDETERMINATE (maybe stored), never lost.",
+        "counts as INDETERMINATE (maybe stored), never lost; NO_ROUTE: the cluster's route "
+        "names no master (nothing sent). A message stored by a node the route no longer "
+        "names master when it answered is counted as a stale-master ack.",
         epilog="exit status: 0 when at least one message was stored (PUT_OK); 1 when none "
         "was (every put refused or failed: the statuses and the node's reason are on "
         "stderr); 2 for bad input or a token the node refused.",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
-                                     "(sends to its master, token from DIR/token)")
+                                     "(sends to the master its route names, DIR/route.json, "
+                                     "re-read after a failure; token from DIR/token)")
     where.add_argument("--target", type=address, metavar="HOST:PORT",
                        help="a node's address (needs --token-file)")
     # The old name of --target (`dlab consume` says --target too).
