@@ -81,12 +81,12 @@ def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms:
     old = state["master"]
     if role is not None and role == Role.SLAVE:
         raise BackendError("--role of a promoted node is SYNC_MASTER or ASYNC_MASTER")
-    if entry["spec"]["role"] != Role.SLAVE.value:
-        raise BackendError(f"cannot promote {name}: it is already the master; promote one "
-                           "of its slaves")
     if entry.get("lost"):
         raise BackendError(f"cannot promote {name}: it was lost; `dlab cluster rejoin "
                            f"{name}` brings a replacement as a slave")
+    if entry["spec"]["role"] != Role.SLAVE.value:
+        raise BackendError(f"cannot promote {name}: it is already the master; promote one "
+                           "of its slaves")
     if name not in running:
         raise BackendError(f"cannot promote {name}: it is not running; start it first "
                            f"(`dlab cluster start {name}`) so it is a running slave")

@@ -422,7 +422,7 @@ class LocalBackend(ClusterDir):
             new_proxy = plan_rejoin(state, name, running=self._running_names(state),
                                     free_port=lambda: free_ports(1)[0])
             self._save(state)
-            if new_proxy:
+            if new_proxy or self._children.state(_pid(state["proxies"][name])) == "gone":
                 self._restart_proxy(state, name)
             self._spawn_node(state, name)
             self._save(state)
