@@ -8,7 +8,10 @@ Every node runs `dlab node` with the options NodeSpec.node_args() gives, so
 both backends start the same program the same way. A cluster lives in a
 directory (`ClusterSpec.directory`): `cluster.json` (the spec and each node's
 address; written by `up`, read by any later command), per node
-`nodes/NAME/data` (its store) and `nodes/NAME/node.log`.
+`nodes/NAME/data` (its store) and `nodes/NAME/node.log`; `route.json` (the
+route clients follow to the master: cluster/node/route.py), rewritten at
+every change of master; `nodes/NAME/lost-N/` (the store of a node lost for
+the N-th time, kept as evidence).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class NodeState(enum.StrEnum):
     # Not running: its last start refused to open a store holding corruption
     # of flushed data (NodeInfo.extra["refused"] says where and what).
     REFUSED = "refused"
+    # The machine is gone (`lose`): no process, its store moved aside as
+    # evidence (NodeInfo.extra["lost"] lists where); `rejoin` brings a
+    # replacement with an empty store.
+    LOST = "lost"
 
 
 # Beside a node's data directory (nodes/NAME/refused): `dlab node` writes why
@@ -159,3 +166,14 @@ class ClusterBackend(Protocol):
     # applies from the next start (how a node that refused is started again)
     def set_corruption_policy(self, name: str, policy: CorruptionPolicy) -> None: ...
     def down(self) -> None: ...  # stop everything; leaves data dirs, removes the rest
+    # Failover (docs/design.md, "Failover: routing, promotion, rejoin"); a
+    # backend that cannot yet raises BackendError saying so.
+    # A running slave becomes the master with its own log (role and flush
+    # the old master's unless given); every other node follows it.
+    def promote(self, name: str, *, role: Role | None = None, flush: FlushMode | None = None,
+                timeout_s: float = 60.0) -> NodeInfo: ...
+    # The machine is gone: SIGKILL, and its store moved aside as evidence.
+    def lose(self, name: str) -> NodeInfo: ...
+    # A node not running starts as a slave of the current master, on its own
+    # disk (after a crash) or an empty one (after lose).
+    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...

@@ -19,13 +19,17 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.backends.dir_files import append_no_link, open_no_link, replace_no_link
+from cluster.backends.failover import route_of
 from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
+from cluster.node.role import Role
+from cluster.node.route import ROUTE_FILE, Route
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
-from store.config import CorruptionPolicy, CrashModel
+from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.failpoints import Failpoints, FailpointSpecError
 from store.log.durable_mark import PowerCut, power_cut
+from store.log.segments import fsync_dir
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
@@ -240,6 +244,66 @@ class ClusterDir:
                     open(append_no_link(self._path("nodes", name, "node.log")), "a") as f:
                 f.write(f"---- dlab cluster: {cut.describe()}\n")
         return cut
+
+    # ------------------------------------------------------------ failover
+    # A backend that supports failover overrides these (the local one does);
+    # the others refuse by name rather than pretend.
+    def promote(self, name: str, *, role: Role | None = None, flush: FlushMode | None = None,
+                timeout_s: float = 60.0) -> NodeInfo:
+        raise self._not_yet("promote")
+
+    def lose(self, name: str) -> NodeInfo:
+        raise self._not_yet("lose")
+
+    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        raise self._not_yet("rejoin")
+
+    def _not_yet(self, operation: str) -> BackendError:
+        return BackendError(f"{operation} is not supported on the {self.name} backend yet; "
+                            "run the cluster on the local backend (`dlab cluster up` without "
+                            "--backend) to fail over")
+
+    def route(self) -> Route:
+        """The route clients follow now (what route.json says)."""
+        with self._locked():
+            return route_of(self._load())
+
+    def _publish_route(self, state: dict[str, Any]) -> None:
+        """Write route.json from the state: whole, fsynced, renamed in, the
+        directory fsynced (cluster/node/route.py), so a client sees the old
+        route or the new one."""
+        route = route_of(state)
+        tmp = self._path(ROUTE_FILE + ".tmp")
+        with open(replace_no_link(tmp), "w") as f:
+            json.dump(route.to_dict(), f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path(ROUTE_FILE))
+        fsync_dir(self._dir())
+
+    def _link_states(self, state: dict[str, Any], slaves: list[str], deadline: float
+                     ) -> dict[str, str]:
+        """Each slave's link as the master reports it, once every one has
+        settled (connected, or rejected by slave_ahead_policy) or the
+        deadline passed ("never reported" for one the master does not know)."""
+        master = state["master"]
+        found = {n: "never reported" for n in slaves}
+        if not slaves:
+            return found
+        metadata = token_metadata(read_token_file(self._path("token")))
+        with grpc.insecure_channel(state["nodes"][master]["address"]) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            while True:
+                with contextlib.suppress(grpc.RpcError):
+                    status = stub.Status(broker_pb2.StatusRequest(), timeout=2.0,
+                                         metadata=metadata)
+                    for link in status.slaves:
+                        if link.slave in found:
+                            found[link.slave] = (f"{link.state} {link.detail}".strip())
+                if all(v.split(" ")[0] in ("connected", "rejected") for v in found.values()) \
+                        or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.05)
 
     def _save(self, state: dict[str, Any]) -> None:
         tmp = self._path(STATE_FILE + ".tmp")

@@ -21,7 +21,9 @@ def register_send(sub: Any) -> None:
         "send", help="send messages to a node and report statuses and latencies",
         description="Send messages and print per-status counts and latency percentiles, "
         "and what the node said for each refusing status. A call that failed or timed out "
-        "counts as INDETERMINATE (maybe stored), never lost.",
+        "counts as INDETERMINATE (maybe stored), never lost; NO_ROUTE: the cluster's route "
+        "names no master (nothing sent). A message stored by a node the route no longer "
+        "names master when it answered is counted as a stale-master ack.",
         epilog="exit status: 0 when at least one message was stored (PUT_OK); 1 when none "
         "was (every put refused or failed: the statuses and the node's reason are on "
         "stderr); 2 for bad input (such as a --size over the node's max message size) or "
@@ -29,7 +31,8 @@ def register_send(sub: Any) -> None:
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--dir", help="a cluster started with `dlab cluster up --dir DIR` "
-                                     "(sends to its master, token from DIR/token)")
+                                     "(sends to the master its route names, DIR/route.json, "
+                                     "re-read after a failure; token from DIR/token)")
     where.add_argument("--target", type=address, metavar="HOST:PORT",
                        help="a node's address (needs --token-file)")
     # The old name of --target (`dlab consume` says --target too).
@@ -53,6 +56,12 @@ def register_send(sub: Any) -> None:
                    help="stop after this many seconds whatever --count says (default 300)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds bodies and message ids (default 0)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="re-send a message whose send failed, timed out or reached a node "
+                        "that is not the master, up to N times, same message id (a failed "
+                        "call may have stored it: a retry can store it twice); with --dir "
+                        "each retry follows the cluster's route, re-read after the failure, "
+                        "to the current master (default 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the table, and nothing else on "
                         "stdout")
@@ -82,14 +91,31 @@ def _targets_and_token(args: argparse.Namespace, given: list[str] | None, flag: 
         raise UserError(str(exc)) from None
 
 
+def _sender(args: argparse.Namespace, addr: str, token: str) -> Any:
+    """Where `dlab send` sends: with --dir the cluster's route (its master
+    now, followed across a failover), else the node given; both retry."""
+    from cluster.client.node_client import send_options
+    from cluster.client.routing import FixedRoute, RoutedClient, Routes, RouteSource
+    from cluster.node.route import RouteError
+
+    timeout = args.timeout or 10.0
+    routes: Routes = RouteSource(args.dir) if args.dir else FixedRoute(addr)
+    try:
+        return RoutedClient(routes, token=token, timeout_s=timeout, retries=args.retries,
+                            channel_options=send_options(args.size))
+    except RouteError as exc:
+        raise UserError(str(exc)) from None
+
+
 def cmd_send(args: argparse.Namespace) -> int:
-    from cluster.client.node_client import AsyncNodeClient, send_options
     from cluster.client.sendload import format_report, run_load
     from cluster.node.wire import MAX_BODY_BYTES
 
     if args.size > MAX_BODY_BYTES:
         raise UserError(f"--size: at most {MAX_BODY_BYTES} bytes (a put travels as one gRPC "
                         "message, which gRPC caps at 2 GiB)")
+    if args.retries < 0:
+        raise UserError(f"--retries {args.retries}: give 0 or more")
     if args.to_deprecated:
         print("dlab send: --to is deprecated: use --target (as `dlab consume` does)",
               file=sys.stderr)
@@ -97,8 +123,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     (addr, *_), token = _targets_and_token(args, [given] if given else None, "--target")
 
     async def go() -> Any:
-        async with AsyncNodeClient(addr, token=token, timeout_s=args.timeout or 10.0,
-                                   channel_options=send_options(args.size)) as c:
+        async with _sender(args, addr, token) as c:
             await _check_size(c, args.size, args.timeout or 10.0)
             return await run_load(c, count=args.count, size=args.size,
                                   concurrency=args.concurrency, rate=args.rate,
@@ -223,6 +248,22 @@ def _check_offset_file(path: str) -> None:
                         "user; give a file in a directory you can write")
 
 
+def _route_master(directory: str) -> Any:
+    """The address the cluster's route names master now (None while it
+    names none), re-read when the route changes."""
+    from cluster.client.routing import RouteSource
+    from cluster.node.route import RouteError
+
+    routes = RouteSource(directory)
+
+    def master() -> str | None:
+        try:
+            return routes.current().address
+        except RouteError:
+            return None
+    return master
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from cluster.client.consumer import Consumer, ConsumerError, Delivery
 
@@ -252,7 +293,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with Consumer(targets, token=token, group=args.group, topic=args.topic,
                             mode=args.mode, commit_interval_ms=args.commit_interval_ms,
-                            offset_file=args.offset_file) as c:
+                            offset_file=args.offset_file,
+                            master=_route_master(args.dir) if args.dir else None) as c:
             return await c.run(show, max_messages=args.max, idle_exit_s=args.idle_exit)
 
     try:

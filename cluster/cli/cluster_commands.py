@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from cluster.backends.interface import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState
+from cluster.cli.failover_commands import register_failover, route_line
 from cluster.cli.node_command import NODE_OPTIONS, add_corruption_policy, as_options, emulate_arg
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
@@ -111,6 +112,7 @@ def register_cluster(sub: Any) -> None:
         a.add_argument("--dir", required=True, help="the cluster's directory")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.a,
                                                                          args.b))
+    register_failover(csub)
 
 
 def _backend(directory: str, name: str | None = None) -> Any:
@@ -231,12 +233,14 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     try:
         infos = backend.nodes()
         token = backend.token()
+        route = backend.route().to_dict()
     except (BackendError, ValueError) as exc:
         raise UserError(str(exc)) from None
     rows = []
     for i in infos:
         row: dict[str, Any] = {"name": i.name, "role": i.role.value, "address": i.address,
-                               "state": i.state.value, "pid": i.pid, **i.extra}
+                               "state": i.state.value, "pid": i.pid, **i.extra,
+                               "route_master": i.name == route["master"]}
         if i.state == NodeState.RUNNING:
             try:
                 with NodeClient(i.address, token=token, timeout_s=3) as c:
@@ -284,6 +288,9 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
                      if rec["corruption_action"] == "truncated" else ""))
         if r.get("status_error"):
             print(f"  status unavailable: {r['status_error']}")
+        if r.get("lost"):
+            print(f"  lost: its stores are kept in {', '.join(r['lost'])}")
+    print(route_line(route))
     return 1 if down else 0
 
 

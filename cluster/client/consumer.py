@@ -22,7 +22,8 @@ between commits receives again everything after its last commit, and a
 broker that crashes before persisting its table (every 5 s) forgets commits
 too. Those are the duplicates the lab counts.
 
-Targets: the master first, then its slaves. Every call (pull, query,
+Targets: the master first, then its slaves (with `master`, the address
+the cluster's route names now goes first). Every call (pull, query,
 commit) goes to the first target that answers; a target whose call failed
 is skipped for `failover_backoff_ms` (doubling while it keeps failing, up
 to `failover_backoff_max_ms`, 5 s), then tried again — so pulls fall over
@@ -170,7 +171,8 @@ class Consumer:
                  channel_options: Sequence[tuple[str, Any]] = (),
                  clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] | None = None,
-                 stubs: Callable[[str], Any] | None = None) -> None:
+                 stubs: Callable[[str], Any] | None = None,
+                 master: Callable[[], str | None] | None = None) -> None:
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         if not self.targets or not all(self.targets):
             raise ConsumerError("no target: give the master's HOST:PORT (then its slaves', "
@@ -215,6 +217,10 @@ class Consumer:
         # by default the system clock and a grpc.aio channel per target.
         self._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
         self._stub_factory = stubs
+        # The master now, by the cluster's route (cluster/client/routing.py):
+        # asked before every call, so after a failover the new master is
+        # read from first, not the old one now serving as a slave.
+        self._master = master
         self._metadata = token_metadata(token)
         self._channels: list[grpc.aio.Channel] = []
         self._stubs: list[Any] = []  # broker_pb2_grpc.BrokerStub or its twin
@@ -251,6 +257,10 @@ class Consumer:
         within the backoff last."""
         now = self._clock()
         up = [i for i in range(len(self.targets)) if self._down_until[i] <= now]
+        master = self._master() if self._master is not None else None
+        if master in self.targets and self.targets.index(master) in up:
+            first = self.targets.index(master)
+            up = [first] + [i for i in up if i != first]
         return up + [i for i in range(len(self.targets)) if i not in up]
 
     async def _call(self, method: str, request: Any) -> tuple[Any, int]:

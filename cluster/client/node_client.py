@@ -112,6 +112,12 @@ class SendOutcome:
     invoke_ms: int = 0
     complete_ms: int = 0
     latency_s: float = 0.0
+    # Set by a routed send (cluster/client/routing.py): the address that
+    # answered, how many sends it took, and whether the node that stored it
+    # was no longer the route's master when its answer came.
+    node: str = ""
+    attempts: int = 1
+    stale_master: bool = False
 
     @property
     def indeterminate(self) -> bool:

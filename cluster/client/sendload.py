@@ -12,8 +12,19 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from cluster.client.node_client import AsyncNodeClient, SendOutcome, make_message
+from cluster.client.node_client import SendOutcome, make_message
+from store.log.record import Message
+
+
+class Sender(Protocol):
+    """What the load loop sends through: an AsyncNodeClient (one node) or a
+    RoutedClient (the route's master, with retries)."""
+
+    address: str
+
+    async def send(self, msg: Message, *, timeout_s: float | None = None) -> SendOutcome: ...
 
 
 @dataclass
@@ -57,6 +68,10 @@ class LoadReport:
             "throughput_per_s": round(sent / self.elapsed_s, 1) if self.elapsed_s else 0.0,
             "stopped_by_time": self.stopped_by_time,
             "counts": dict(self.counts()),
+            # stored by a node the route no longer named master (routed sends)
+            "stale_master_acks": sum(1 for o in self.outcomes if o.stale_master),
+            "retried": sum(1 for o in self.outcomes if o.attempts > 1),
+            "nodes": dict(Counter(o.node for o in self.outcomes if o.node)),
             "details": self.details(),
             "latency_ms": {k: {"p50": percentile(v, 50), "p90": percentile(v, 90),
                                "p99": percentile(v, 99), "max": v[-1] if v else 0.0}
@@ -92,7 +107,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return round(sorted_values[k], 3)
 
 
-async def run_load(client: AsyncNodeClient, *, count: int, size: int, concurrency: int,
+async def run_load(client: Sender, *, count: int, size: int, concurrency: int,
                    rate: float = 0.0, topic: str = "dlab-load", max_seconds: float = 300.0,
                    timeout_s: float = 10.0, rng: random.Random | None = None,
                    on_outcome: Callable[[SendOutcome], None] | None = None) -> LoadReport:
@@ -150,6 +165,13 @@ def format_report(report: LoadReport) -> str:
         detail = next((o.detail for o in report.outcomes if o.status == status and o.detail), "")
         if detail and status not in ("PUT_OK", "INDETERMINATE"):
             lines.append(f"{status}: {detail}")
+    if s["retried"]:
+        nodes = sorted({o.node for o in report.outcomes if o.node})
+        lines.append(f"retried: {s['retried']} message(s) needed more than one send"
+                     + (f" (answered by {', '.join(nodes)})" if nodes else ""))
+    if s["stale_master_acks"]:
+        lines.append(f"STALE MASTER: {s['stale_master_acks']} message(s) stored by a node the "
+                     "route no longer named master when it answered (split brain)")
     if counts.get("INDETERMINATE"):
         lines.append("INDETERMINATE: the call failed or timed out; those messages may or may "
                      "not be stored (not counted as lost)")

@@ -213,3 +213,24 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
 
+
+
+def test_failover_is_done_or_refused_by_name(cluster: Cluster) -> None:
+    """promote / lose / rejoin: the local backend does them
+    (tests/cluster/test_failover_ops.py has the rest); a backend that
+    cannot yet refuses each by name and changes nothing."""
+    b = cluster.b
+    if b.name != "local":
+        for call in (lambda: b.promote("slave1"), lambda: b.lose("slave1"),
+                     lambda: b.rejoin("slave1")):
+            with pytest.raises(BackendError, match=f"not supported on the {b.name} backend yet"):
+                call()
+        assert cluster.send(1) == ["PUT_OK"]
+        return
+    b.kill("master")
+    info = b.promote("slave1")
+    assert (info.role, info.state) == (Role.SYNC_MASTER, NodeState.RUNNING)
+    b.rejoin("master")
+    assert b.node("master").role == Role.SLAVE
+    with cluster.client("slave1") as c:
+        assert c.send(make_message("t", b"after")).status == "PUT_OK"

@@ -314,6 +314,19 @@ class SimContractBackend:
         raise BackendError("the sim contract backend does not change a node's corruption "
                            "policy (the contract suite does not use it)")
 
+    # ------------------------------------------------------------- failover
+    # Not on the simulated cluster yet (docs/design.md, "Failover: routing,
+    # promotion, rejoin"): refused by name, as the compose backend does.
+    def promote(self, name: str, *, role: Role | None = None, flush: Any = None,
+                timeout_s: float = 60.0) -> NodeInfo:
+        raise BackendError("promote is not supported on the sim backend yet")
+
+    def lose(self, name: str) -> NodeInfo:
+        raise BackendError("lose is not supported on the sim backend yet")
+
+    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        raise BackendError("rejoin is not supported on the sim backend yet")
+
     # ----------------------------------------------------------------- down
     def down(self) -> None:
         """Stop every node cleanly (slaves first), leave their files, close
