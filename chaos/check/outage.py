@@ -24,8 +24,10 @@ simulated time on the sim backend), the same for runs of any length with
 the same outage; the failed share is given over the puts from the first
 fault on, and per second of load from it, for the same reason.
 
-Pure: rows in, figures out; chaos/report/pipeline.py computes the per-fault
-rows with Spark, chaos/report/tables.py turns them into a run's figures.
+Pure: rows in, figures out. chaos/report/pipeline.py computes the per-fault
+rows with Spark (_recovery), chaos/report/tables.py turns them into a run's
+figures; fault_rows computes the same rows in Python for one run's console
+line (chaos/check/summary.py), and a test holds the two to the same answer.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from chaos.schema import CONSUMER_NODE
+
+# Fault kinds that end a fault rather than start one: not outages themselves.
+ENDING = frozenset({"start", "resume", "heal"})
 # Fault kinds that leave the node down until a later start or restart.
 DOWNING = frozenset({"kill", "stop", "failpoint", "refused"})
 # Fault kinds that last until their own end_ms (resume, heal).
@@ -94,6 +100,28 @@ class FaultRow:
     def outage(self) -> tuple[int, int]:
         end = self.load_end_ms if self.put_ok_ms is None else self.put_ok_ms
         return self.fault_ms, max(self.fault_ms, end)
+
+
+def fault_rows(faults: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
+               ok_status: str) -> list[FaultRow]:
+    """Every fault that can stop writes (not an ending step, not the
+    consumer's) as a FaultRow, from a run's faults and history rows;
+    `ok_status` is PutStatus.PUT_OK."""
+    rows = []
+    load_end = max((int(h["complete_ms"]) for h in history), default=0)
+    for i, f in enumerate(faults):
+        if f["kind"] in ENDING or f["node"] == CONSUMER_NODE:
+            continue
+        at, back = int(f["start_ms"]), answered_ms(faults, i)
+        after = [h for h in history if h["invoke_ms"] >= at]
+        failed = [int(h["invoke_ms"]) for h in after if h["status"] != ok_status]
+        recovered = [int(h["complete_ms"]) for h in history if h["status"] == ok_status
+                     and back is not None and h["invoke_ms"] > back]
+        rows.append(FaultRow(fault_ms=at, put_ok_ms=min(recovered, default=None),
+                             first_failed_ms=min(failed, default=None),
+                             load_end_ms=load_end, puts_after=len(after),
+                             failed_after=len(failed)))
+    return rows
 
 
 # The columns of the pipeline's recovery rows, after run and fault_id.

@@ -372,10 +372,6 @@ def _latency(history: DataFrame) -> DataFrame:
             .agg(F.count("*").alias("n")))
 
 
-# Fault kinds that end a fault rather than start one.
-_ENDING_KINDS = ("start", "resume", "heal")
-
-
 def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | None:
     """Every fault that can stop writes (not its ending step, not the
     consumer's), as (run, fault_id, fault_ms, answered_ms: when its node
@@ -383,7 +379,7 @@ def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | No
     rows = [(run.index, int(f["fault_id"]), int(f["start_ms"]),
              outage.answered_ms(run.faults, i))
             for run in runs for i, f in enumerate(run.faults)
-            if f["kind"] not in _ENDING_KINDS and f["node"] != CONSUMER_NODE]
+            if f["kind"] not in outage.ENDING and f["node"] != CONSUMER_NODE]
     if not rows:
         return None
     # Not null: see chaos/report/inputs.py _read_large.

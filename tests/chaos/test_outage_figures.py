@@ -14,6 +14,7 @@ import pytest
 from support.pipeline_fixtures import fault, make_run, one_spark_user, op, rec, spark  # noqa: F401
 
 from chaos.check import outage
+from chaos.check.summary import outcome_line, run_outcome
 from chaos.report.pipeline import build_report
 from chaos.schema import read_jsonl
 
@@ -99,6 +100,14 @@ def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
     # without a writable master does not.
     assert v.loc["short", "failed_put_share"] > v.loc["long", "failed_put_share"]
     assert v.loc["short", "failed_after_fault_per_s"] == pytest.approx(16 / 4.005)
+    # The run's own console line (chaos/check/summary.py) computes the same
+    # rows in Python: the same answer.
+    for run_id in ("short", "long"):
+        o = run_outcome(os.path.join(root, run_id))
+        assert o.unwritable_s == pytest.approx(v.loc[run_id, "unwritable_s"])
+    assert "no writable master for 1.705 simulated s" in outcome_line(
+        run_outcome(os.path.join(root, "long")))
+    assert "no writable master for 1.705 s" in outcome_line(run_outcome(short))
     report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "unwritable s" in report and "failed/s after fault" in report
     # The sim run's times are simulated time, and say so; the local run's are not.
