@@ -79,13 +79,13 @@ def test_a_sync_flush_loss_on_one_backend_is_a_disagreement() -> None:
 
 def test_compare_backends_runs_both_backends_and_prints_both_rates(tmp_path: Path) -> None:
     """A small version: one crash scenario, one local run and two sim runs
-    of 6 s per mode."""
+    of 6 s per mode, and the report over both, its steps shown as they go."""
     out = tmp_path / "cmp"
     r = subprocess.run(
         [sys.executable, "-m", "chaos.cli", "chaos", "compare-backends", "--scenarios",
-         "master-crash-unflushed", "--runs", "2", "--sim-duration", "6", "--no-report",
-         "--out", str(out)], capture_output=True, text=True, timeout=400)
-    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+         "master-crash-unflushed", "--runs", "2", "--sim-duration", "6",
+         "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1, 3), r.stdout[-3000:] + r.stderr[-3000:]
     with open(out / "agreement.json", encoding="utf-8") as f:
         cmp = json.load(f)
     assert cmp["failed_runs"] == 0
@@ -97,7 +97,11 @@ def test_compare_backends_runs_both_backends_and_prints_both_rates(tmp_path: Pat
     keeps = cmp["questions"]["sync_flush_keeps"]
     assert keeps["sim"]["holds"] and keeps["local"]["holds"]
     assert keeps["verdict"] == "agree"
-    assert r.returncode == (0 if cmp["agree"] else 1)
+    assert r.returncode == (3 if not cmp["agree"] else 1 if cmp["violation_runs"] else 0)
+    # The report's steps as they go, and the page to open at the end.
+    assert "dlab report: [" in r.stdout and "checking 12 runs (Spark)" in r.stdout
+    assert f"report: {out / 'report' / 'report.html'}" in r.stdout
+    assert "report.md" not in r.stdout
     assert "1. which modes lose acknowledged messages from the recovered master:" in r.stdout
     assert "master-crash-unflushed" in r.stdout and "0/2 (0–" in r.stdout and "/1 (" in r.stdout
     # One report can read both sides: no run id is on both.
