@@ -225,9 +225,8 @@ def conclude(out: str, results: dict[str, list[tuple[RunConfig, SweepRun]]],
     print the comparison and return the exit status."""
     cmp = compare(results)
     cmp["failed_runs"] = failed
-    cmp["violation_runs"] = {b: sorted(r.run_id for _, r in results.get(b, []) if r.violated)
-                             for b in BACKENDS}
-    cmp["violation_runs"] = {b: ids for b, ids in cmp["violation_runs"].items() if ids}
+    broken = {b: sorted(r.run_id for _, r in results.get(b, []) if r.violated) for b in BACKENDS}
+    cmp["violation_runs"] = {b: ids for b, ids in broken.items() if ids}
     with open(os.path.join(out, "agreement.json"), "w", encoding="utf-8") as f:
         json.dump(cmp, f, indent=1, sort_keys=True)
     print_comparison(cmp)

@@ -19,14 +19,10 @@ from chaos.report.pipeline import build_report
 from chaos.schema import read_jsonl
 
 
-def _faults(*rows: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(rows)
-
-
 def test_a_killed_node_answers_again_when_its_next_start_ends() -> None:
-    faults = _faults(fault(0, "kill", "m", 1000), fault(1, "torn_tail", "m", 1100, 1150),
-                     fault(2, "kill", "s", 1200), fault(3, "start", "m", 1800, 2600),
-                     fault(4, "pause", "s", 3000), fault(5, "pause", "m", 4000, 4500))
+    faults = [fault(0, "kill", "m", 1000), fault(1, "torn_tail", "m", 1100, 1150),
+              fault(2, "kill", "s", 1200), fault(3, "start", "m", 1800, 2600),
+              fault(4, "pause", "s", 3000), fault(5, "pause", "m", 4000, 4500)]
     t0 = faults[0]["start_ms"] - 1000
     answered = [outage.answered_ms(faults, i) for i in range(len(faults))]
     assert [None if a is None else a - t0 for a in answered] == [
