@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check import consumption, promises
+from chaos.check import consumption, outage, promises
 from chaos.check.run_dirs import RunInfo, load_run
 from chaos.schema import SchemaError, read_jsonl
 from store.status import PutStatus
@@ -37,6 +37,8 @@ class RunOutcome:
     slave_ahead_bytes: int  # largest gap seen, at a master restart or at the end
     replication: str  # how the end of the run's replication settled
     replication_stalled: bool
+    backend: str = "local"  # a sim run's times are simulated (chaos/sim)
+    unwritable_s: float | None = None  # time without a writable master (chaos/check/outage.py)
     faults: list[dict[str, Any]] = field(default_factory=list)  # kind, node, at_s, until_s
     consumer: dict[str, int | None] | None = None
     consumer_problem: str | None = None
@@ -111,6 +113,9 @@ def run_outcome(run_dir: str) -> RunOutcome:
         acked_stranded=figures["acked_stranded"],
         promise_violations=figures["promise_violations"], slave_ahead_bytes=_slave_ahead_bytes(run),
         replication=replication, replication_stalled=replication != "replication settled",
+        backend=run.params["backend"],
+        unwritable_s=outage.availability(
+            outage.fault_rows(run.faults, history, PutStatus.PUT_OK)).unwritable_s,
         faults=_faults(run), consumer=consumer, consumer_problem=problem)
 
 
@@ -126,6 +131,8 @@ def outcome_line(o: RunOutcome) -> str:
     if o.slave_ahead_bytes:
         parts.append(f"slave {o.slave_ahead_bytes:,} bytes ahead")
     parts.append(f"{100 * o.failed_share:.1f} % of puts failed")
+    if o.unwritable_s:
+        parts.append(f"no writable master for {o.unwritable_s:.3f} {seconds(o)}")
     parts.append(f"replication stalled ({o.replication})" if o.replication_stalled
                  else o.replication)
     if o.consumer is not None:
@@ -137,6 +144,16 @@ def outcome_line(o: RunOutcome) -> str:
     elif o.consumer_problem:
         parts.append(f"consumer files unreadable ({o.consumer_problem})")
     return ", ".join(parts)
+
+
+def seconds(o: RunOutcome) -> str:
+    """The unit of the run's times: a sim run's are simulated."""
+    return "simulated s" if o.backend == "sim" else "s"
+
+
+def faults_heading(o: RunOutcome) -> str:
+    sim = "simulated " if o.backend == "sim" else ""
+    return f"faults ({sim}seconds since the run started):"
 
 
 def fault_lines(faults: Sequence[dict[str, Any]]) -> list[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -121,7 +122,8 @@ def compare(results: dict[str, list[tuple[RunConfig, SweepRun]]]) -> dict[str, A
     holds = {b: sync[b].k == 0 for b in BACKENDS}
     out["questions"]["sync_flush_keeps"] = {
         "question": "the SYNC_FLUSH modes lose nothing acknowledged",
-        "verdict": "agree" if all(holds.values()) else "differ",
+        # Both failing it is an agreement, on a broken promise (exit 1).
+        "verdict": "agree" if holds["sim"] == holds["local"] else "differ",
         **{b: {"holds": holds[b], "runs_losing": sync[b].k, "runs": sync[b].n}
            for b in BACKENDS},
     }
@@ -179,26 +181,65 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
               f"({outcome.runs_per_minute:.2f} runs/min), {len(outcome.failed)} failed",
               flush=True)
         failed += len(outcome.failed)
-        cmp = compare(results)
-        cmp["failed_runs"] = failed
-        with open(os.path.join(args.out, "agreement.json"), "w", encoding="utf-8") as f:
-            json.dump(cmp, f, indent=1, sort_keys=True)
-        print_comparison(cmp)
+        code = conclude(args.out, results, failed)
         run_dirs = [r.run_dir for b in BACKENDS for _, r in results[b] if r.run_dir]
         if not args.no_report and run_dirs:
             from chaos.report.pipeline import build_report
+            from chaos.report.progress import ConsoleProgress
 
             report_dir = os.path.join(args.out, "report")
-            build_report(run_dirs, report_dir, spark_master=args.spark_master)
-            print(f"report: {os.path.join(report_dir, 'report.md')} (both backends, rates "
-                  "per cell with their intervals)")
+            build_report(run_dirs, report_dir, spark_master=args.spark_master,
+                         progress=ConsoleProgress(sys.stdout))
+            print(f"report: {os.path.join(report_dir, 'report.html')} (both backends, rates "
+                  "per cell with their intervals)", flush=True)
     print(f"agreement: {os.path.join(args.out, 'agreement.json')}")
-    return 0 if cmp["agree"] and not failed else 1
+    print(EXIT_MEANING[code])
+    return code
+
+
+# One meaning per exit status (docs: README, "Exit status"). The lab's own
+# check failing (its backends disagree, or a run did not finish) is 3, not
+# 1: a broken promise is a finding about the modes; a failed self-check says
+# the lab's answer is not to be trusted, which is checked first.
+EXIT_OK, EXIT_BROKEN_PROMISE, EXIT_USAGE, EXIT_SELF_CHECK = 0, 1, 2, 3
+EXIT_MEANING = {
+    EXIT_OK: "exit 0: the backends agree and no acknowledged message broke its mode's promise",
+    EXIT_BROKEN_PROMISE: "exit 1: an acknowledged message broke its mode's promise (the runs "
+                         "with promise violations are in agreement.json)",
+    EXIT_SELF_CHECK: "exit 3: the lab's self-check failed: its backends disagree, or a run "
+                     "did not finish; its answer is not to be trusted",
+}
+
+
+def exit_code(cmp: dict[str, Any]) -> int:
+    """The exit status for a comparison: 3 for a failed self-check, else 1
+    for a broken promise, else 0."""
+    if not cmp["agree"] or cmp["failed_runs"]:
+        return EXIT_SELF_CHECK
+    return EXIT_BROKEN_PROMISE if cmp["violation_runs"] else EXIT_OK
+
+
+def conclude(out: str, results: dict[str, list[tuple[RunConfig, SweepRun]]],
+             failed: int) -> int:
+    """Compare the judged runs of both backends, write OUT/agreement.json,
+    print the comparison and return the exit status."""
+    cmp = compare(results)
+    cmp["failed_runs"] = failed
+    broken = {b: sorted(r.run_id for _, r in results.get(b, []) if r.violated) for b in BACKENDS}
+    cmp["violation_runs"] = {b: ids for b, ids in broken.items() if ids}
+    with open(os.path.join(out, "agreement.json"), "w", encoding="utf-8") as f:
+        json.dump(cmp, f, indent=1, sort_keys=True)
+    print_comparison(cmp)
+    for b, ids in cmp["violation_runs"].items():
+        print(f"{b}: {len(ids)} run(s) broke a promise: {', '.join(ids)}")
+    return exit_code(cmp)
 
 
 EXIT = """exit status: 0 when the backends agree on the three questions (a difference
-within chance at the runs given counts as agreeing) and every run finished; 1 when
-they differ or a run failed; 2 for bad input."""
+within chance at the runs given counts as agreeing), every run finished and no
+acknowledged message broke its mode's promise; 1 when one did (a broken
+promise); 2 for bad input; 3 when the lab's self-check failed: the backends
+disagree or a run did not finish (checked first)."""
 
 
 def register(csub: Any) -> None:

@@ -20,7 +20,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from chaos.check.summary import fault_lines, outcome_line, run_outcome
+from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_outcome
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
 from chaos.harness.run_config import RunConfig
@@ -135,7 +135,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
           flush=True)
     run_dir = make_run(cfg, log=lambda s: print(s, flush=True)).execute()
     outcome = run_outcome(run_dir)
-    print("faults (seconds since the run started):")
+    print(faults_heading(outcome))
     print("\n".join(fault_lines(outcome.faults)) or "  none")
     print(f"outcome:  {outcome_line(outcome)}")
     try:

@@ -12,10 +12,10 @@ from dataclasses import asdict
 from typing import Any
 
 from chaos.check.matrix_plan import write_plan
-from chaos.check.summary import fault_lines, outcome_line, run_outcome
+from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_outcome
 from chaos.commands import compare_backends, replay
 from chaos.harness import scenarios
-from chaos.harness.plan import plan_run
+from chaos.harness.plan import load_s, plan_run
 from chaos.harness.run_config import (
     CORRUPTION_POLICIES,
     FLUSHES,
@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.to_json(), sort_keys=True))
     else:
-        print("faults (seconds since the run started):")
+        print(faults_heading(outcome))
         print("\n".join(fault_lines(outcome.faults)) or "  none")
         print(f"outcome: {outcome_line(outcome)}")
         print(f"results: {run_dir}")
@@ -317,8 +317,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**asdict(plan), "steps": steps}, sort_keys=True))
         return 0
     print(f"scenario {plan.scenario}, seed {plan.seed}: {scenario.description}")
-    print(f"load runs {scenario.load_s:g} s; AT is seconds after the load starts (each step "
-          "waits AFTER from the end of the one before, so it may come a little later)")
+    local_s = load_s(scenario, "local", args.sim_duration)
+    sim_s = load_s(scenario, "sim", args.sim_duration)
+    print(f"load runs {local_s:g} s on the local and compose backends, {sim_s:g} simulated s "
+          f"on the sim backend (--sim-duration {args.sim_duration:g}), or until "
+          f"{scenario.settle_s:g} s after the last step if that is later; AT is seconds after "
+          "the load starts (each step waits AFTER from the end of the one before, so it may "
+          "come a little later)")
     print(f"{'STEP':<6}{'AT (s)':>8}{'AFTER (s)':>11}{'WINDOW (s)':>14}  ACTION         TARGET")
     for st_ in steps:
         lo, hi = st_["window_s"]
@@ -462,4 +467,6 @@ def _register_listings(csub: Any) -> None:
     p.add_argument("--seed", type=int, required=True, help="the seed a run would be given")
     p.add_argument("--json", action="store_true",
                    help="print the plan as one JSON object and nothing else")
+    p.add_argument("--sim-duration", type=positive_float, default=60.0, metavar="S",
+                   help="the sim backend's seconds of load, as for `chaos run` (default 60)")
     p.set_defaults(handler=cmd_plan)

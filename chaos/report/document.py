@@ -244,13 +244,23 @@ CONSUME = {
     "never delivered": "stored on the master at the end, never handed to the consumer",
     "delivered then lost": "handed to the consumer, then lost from the cluster",
 }
+# The Availability table: a column per key, in this order. Times of the sim
+# backend are simulated time and say so: "(simulated)" in their cells.
 AVAILABILITY = {
+    "runs": "runs in the row",
     "puts": "put operations in the row",
     "failed": "puts not answered PUT_OK, and their share",
     "failures by status": "failed puts by the status they got",
-    "fault → PUT_OK s": "the longest time from a fault to the first PUT_OK invoked after it",
+    "failed/s after fault": "failed puts from the first fault to the end of the load, per "
+                            "second of that time (mean over the runs)",
+    "unwritable s": "time without a writable master: from a fault during which puts failed to "
+                    "the first PUT_OK invoked after the faulted node answered again, or to the "
+                    "end of the load; the same for runs of any length (mean over the runs)",
+    "fault → PUT_OK s": "the longest time from a fault to the first PUT_OK invoked after the "
+                        "faulted node answered again",
     "unwritable": "runs where some fault had no PUT_OK after it until the end of the run",
-    "p50 ms, p99 ms": "PUT_OK latency percentiles, measured in µs, over every PUT_OK of the row",
+    "p50 ms": "PUT_OK latency median, measured in µs, over every PUT_OK of the row",
+    "p99 ms": "PUT_OK latency 99th percentile, measured in µs, over every PUT_OK of the row",
 }
 # The Rates table: a column per outcome of chaos.check.rates.OUTCOMES, in its order.
 RATES = {
@@ -347,19 +357,28 @@ def _statuses(text: str) -> str:
                      ) or "–"
 
 
+def _sim(backend: str, text: str) -> str:
+    """A figure of simulated time says so (docs/simulation.md)."""
+    return f"{text} (simulated)" if backend == "sim" and text != "–" else text
+
+
 def availability_table(comparison: pd.DataFrame) -> Table:
     conditions = _conditions(comparison)
-    header = ["mode", "scenario", *conditions, "runs", "puts", "failed", "failures by status",
-              "fault → PUT_OK s", "unwritable", "p50 ms", "p99 ms"]
+    header = ["mode", "scenario", *conditions, *AVAILABILITY]
     rows, links, classes = [], [], []
     for _, r in comparison.iterrows():
         cells, link = _group_cells(r, conditions)
         unwritable = int(r["unwritable_runs"])
+        backend = str(r["backend"])
         cells += [_fmt(r["runs"]), _fmt(r["puts"]),
                   f"{int(r['failed']):,} ({r['failed_put_share']:.1%})",
-                  _statuses(r["failed_by_status"]), _fmt(r["fault_to_put_ok_s_max"]),
+                  _statuses(r["failed_by_status"]),
+                  _sim(backend, _fmt(r["failed_after_fault_per_s_mean"])),
+                  _sim(backend, _fmt(r["unwritable_s_mean"])),
+                  _sim(backend, _fmt(r["fault_to_put_ok_s_max"])),
                   f"{unwritable:,} until the end" if unwritable else "0",
-                  _ms(r["put_ok_p50_us"]), _ms(r["put_ok_p99_us"])]
+                  _sim(backend, _ms(r["put_ok_p50_us"])), _sim(backend, _ms(r["put_ok_p99_us"]))]
+        assert len(cells) == len(header), "AVAILABILITY and its cells are out of step"
         rows.append(cells)
         links.append(link + [None] * (len(cells) - len(link)))
         classes.append([""] * (len(cells) - 3) + ["violation" if unwritable else ""] + ["", ""])
@@ -377,12 +396,15 @@ def runs_table(verdicts: pd.DataFrame) -> Table:
                      f"{r.acked_lost_master:,} / {r.acked_lost_everywhere:,} / "
                      f"{r.acked_stranded:,} / {r.promise_violations:,}",
                      f"{r.failed_put_share:.1%}",
-                     "until the end" if r.unwritable_until_end else _fmt(r.fault_to_put_ok_s)])
-        links.append([run_page(r.run_id)] + [None] * 6)
+                     _sim(r.backend, _fmt(r.unwritable_s)),
+                     "until the end" if r.unwritable_until_end
+                     else _sim(r.backend, _fmt(r.fault_to_put_ok_s))])
+        links.append([run_page(r.run_id)] + [None] * 7)
         classes.append([""] * 4 + [_severity(r.promise_violations, r.acked_stranded,
-                                             r.acked_lost_master)] + ["", ""])
+                                             r.acked_lost_master)] + ["", "", ""])
     return Table(["run", "mode", "scenario", "seed", "lost m / e / s / v", "failed",
-                  "fault → PUT_OK s"], rows, links=links, classes=classes, row_ids=ids)
+                  "unwritable s", "fault → PUT_OK s"], rows, links=links, classes=classes,
+                 row_ids=ids)
 
 
 READING = [
@@ -393,7 +415,9 @@ READING = [
     "Red is a broken promise, purple a stranded message, amber a loss the mode allows, green "
     "nothing lost. What each mode promises is in the table under the grid.",
     "**Durability** and **Availability and latency** split the same rows; every column is "
-    "explained in the Glossary at the end.",
+    "explained in the Glossary at the end. Times are per run, not summed, so runs of "
+    "different lengths compare; a time of the sim backend is simulated time and says so "
+    "(simulated).",
     "Each run has a page (runs/RUN.html): its operations over time per producer and consumer, "
     "its faults per node, the lost message ids and links to its raw files.",
     "A cell of one run is one sample: rerun with other seeds (dlab chaos matrix --runs N) "

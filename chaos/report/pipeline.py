@@ -32,7 +32,8 @@ directories (chaos/schema.py): `build_report(run_dirs, out_dir)`.
              significant digits (percentiles for runs and comparison
              groups, chaos/report/tables.py).
            - recovery: per fault that can stop writes, the first PUT_OK
-             invoked after it (availability, chaos/report/tables.py).
+             invoked after its node answered again, and the failed puts
+             after it (availability, chaos/check/outage.py).
 3. check   a run with a malformed row is left out; Python names the file,
            line and field (chaos.check.run_dirs.first_row_problem). Its figures were
            computed from its good rows and are dropped.
@@ -95,6 +96,7 @@ from chaos.check import (
     divergence,
     kept_stores,
     matrix_plan,
+    outage,
     promises,
     slave_ahead,
 )
@@ -348,30 +350,39 @@ def _latency(history: DataFrame) -> DataFrame:
             .agg(F.count("*").alias("n")))
 
 
-# Fault kinds that end a fault rather than start one.
-_ENDING_KINDS = ("start", "resume", "heal")
-
-
 def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | None:
     """Every fault that can stop writes (not its ending step, not the
-    consumer's), as (run, fault_id, start_ms), broadcast; None if none."""
-    rows = [(run.index, int(f["fault_id"]), int(f["start_ms"])) for run in runs
-            for f in run.faults
-            if f["kind"] not in _ENDING_KINDS and f["node"] != CONSUMER_NODE]
+    consumer's), as (run, fault_id, fault_ms, answered_ms: when its node
+    answered again, chaos/check/outage.py), broadcast; None if none."""
+    rows = [(run.index, int(f["fault_id"]), int(f["start_ms"]),
+             outage.answered_ms(run.faults, i))
+            for run in runs for i, f in enumerate(run.faults)
+            if f["kind"] not in outage.ENDING and f["node"] != CONSUMER_NODE]
     if not rows:
         return None
     # Not null: see chaos/report/inputs.py _read_large.
     return F.broadcast(spark.createDataFrame(
-        rows, "run int not null, fault_id long not null, fault_ms long not null"))
+        rows, "run int not null, fault_id long not null, fault_ms long not null, "
+        "answered_ms long"))
 
 
 def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
-    """Per fault: the first PUT_OK invoked at or after it, as its complete
-    time (ms, null if none came)."""
-    ok_after = ~F.col("bad") & (F.col("status") == PutStatus.PUT_OK) & (
-        F.col("invoke_ms") >= F.col("fault_ms"))
+    """Per fault (chaos.check.outage.FaultRow): the first PUT_OK invoked
+    after its node answered again, as its complete time (null if none came
+    or the node never answered); the first failed put invoked at or after
+    the fault; the run's last answer; the puts invoked from the fault on
+    and how many failed."""
+    good = ~F.col("bad")
+    ok = good & (F.col("status") == PutStatus.PUT_OK)
+    after = good & (F.col("invoke_ms") >= F.col("fault_ms"))
+    failed_after = after & (F.col("status") != PutStatus.PUT_OK)
+    recovered = ok & (F.col("invoke_ms") > F.col("answered_ms"))
     return history.join(faults, "run").groupBy("run", "fault_id", "fault_ms").agg(
-        F.min(F.when(ok_after, F.col("complete_ms"))).alias("put_ok_ms"))
+        F.min(F.when(recovered, F.col("complete_ms"))).alias("put_ok_ms"),
+        F.min(F.when(failed_after, F.col("invoke_ms"))).alias("first_failed_ms"),
+        F.max(F.when(good, F.col("complete_ms"))).alias("load_end_ms"),
+        F.count(F.when(after, 1)).alias("puts_after"),
+        F.count(F.when(failed_after, 1)).alias("failed_after"))
 
 
 def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
@@ -420,7 +431,7 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
         rows[row.kind].append(json.loads(row.payload))
     out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
     if "recovery" not in out:
-        out["recovery"] = pd.DataFrame(columns=["run", "fault_id", "fault_ms", "put_ok_ms"])
+        out["recovery"] = pd.DataFrame(columns=["run", "fault_id", *outage.RECOVERY_COLUMNS])
     out["slave_ahead"] = slave_ahead.ahead_messages(out["divergence"], obs)
     out["divergence"] = out["divergence"].drop(
         columns=[c for c in columns["divergence"] if c.startswith("ahead")])

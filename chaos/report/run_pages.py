@@ -151,8 +151,9 @@ def timeline_figure(run: RunInfo) -> Figure:
     ax_lanes.set_ylim(-0.8, len(lanes) - 0.2)
     ax_lanes.set_ylabel("operations and faults", fontsize=8)
     ax_lanes.tick_params(labelsize=8)
-    _draw_latency(ax_lat, h, colors)
-    _draw_rate(ax_rate, h, end_s)
+    sim = "simulated " if run.params["backend"] == "sim" else ""
+    _draw_latency(ax_lat, h, colors, sim)
+    _draw_rate(ax_rate, h, end_s, sim)
     for ax in (ax_lat, ax_rate):
         for begin, width, color in spans:
             ax.axvspan(begin, begin + width, color=color, alpha=0.15)
@@ -207,8 +208,9 @@ def _draw_observations(ax: Any, run: RunInfo, y: dict[str, int], start: int) -> 
                     color="#d1495b")
 
 
-def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str]) -> None:
-    """Each put's latency by status, with PUT_OK's p50 and p99 per bin."""
+def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str], sim: str) -> None:
+    """Each put's latency by status, with PUT_OK's p50 and p99 per bin
+    (`sim`: "simulated " on a sim run, whose times are simulated)."""
     for status, g in h.groupby("status"):
         ax.scatter(g["t"], g["latency_ms"], s=3 if status == PutStatus.PUT_OK else 8,
                    alpha=0.35 if status == PutStatus.PUT_OK else 0.8, color=colors[str(status)],
@@ -222,12 +224,12 @@ def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str]) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylabel("latency, ms (log)", fontsize=8)
+    ax.set_ylabel(f"latency, {sim}ms (log)", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.tick_params(labelsize=8)
 
 
-def _draw_rate(ax: Any, h: pd.DataFrame, end_s: float) -> None:
+def _draw_rate(ax: Any, h: pd.DataFrame, end_s: float, sim: str) -> None:
     """PUT_OK and failed puts per second."""
     ok = h[h["status"] == PutStatus.PUT_OK]
     edges = np.arange(0, max(end_s, float(h["t"].max()) if len(h) else 0) + BIN_S, BIN_S)
@@ -236,8 +238,8 @@ def _draw_rate(ax: Any, h: pd.DataFrame, end_s: float) -> None:
                                ("failed", h[h["status"] != PutStatus.PUT_OK], "#d1495b")):
             n, _ = np.histogram(g["t"], bins=edges)
             ax.step(edges[:-1], n / BIN_S, where="post", color=color, label=name)
-    ax.set_ylabel("puts per second", fontsize=8)
-    ax.set_xlabel("seconds since the run started", fontsize=8)
+    ax.set_ylabel(f"puts per {sim}second", fontsize=8)
+    ax.set_xlabel(f"{sim}seconds since the run started", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.tick_params(labelsize=8)
 
@@ -261,6 +263,8 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
                   plot: str | None, runs_dir: str) -> str:
     e = html.escape
     start = run.params["started_ms"]
+    # The sim backend's times are simulated time (docs/simulation.md).
+    sec, ms = ("simulated s", "simulated ms") if run.params["backend"] == "sim" else ("s", "ms")
     verdict = (f"{v['acked_lost_master']:,} acknowledged messages lost on the master, "
                f"{v['acked_lost_everywhere']:,} everywhere, {v['acked_stranded']:,} stranded, "
                f"{v['promise_violations']:,} promise violations; "
@@ -273,12 +277,17 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
                        f"{run.params['slave_ahead_policy']}, ship limit "
                        f"{run.params['ha_ship_limit']}"),
         ("nodes", ", ".join(f"{n.name} ({n.role})" for n in run.nodes)),
-        ("duration", f"{v['duration_s']:.1f} s"),
+        ("duration", f"{v['duration_s']:.1f} {sec}"),
         ("PUT_OK latency p50 / p99",
          "–" if pd.isna(v["put_ok_p50_us"]) else
-         f"{v['put_ok_p50_us'] / 1000:.3g} ms / {v['put_ok_p99_us'] / 1000:.3g} ms"),
+         f"{v['put_ok_p50_us'] / 1000:.3g} {ms} / {v['put_ok_p99_us'] / 1000:.3g} {ms}"),
         ("fault → PUT_OK", "unwritable until the end" if v["unwritable_until_end"]
-         else "–" if pd.isna(v["fault_to_put_ok_s"]) else f"{v['fault_to_put_ok_s']:.3f} s"),
+         else "–" if pd.isna(v["fault_to_put_ok_s"]) else f"{v['fault_to_put_ok_s']:.3f} {sec}"),
+        ("time without a writable master",
+         "–" if pd.isna(v["unwritable_s"]) else f"{v['unwritable_s']:.3f} {sec}"),
+        ("failed puts from the first fault",
+         "–" if pd.isna(v["failed_after_fault_per_s"]) else
+         f"{v['failed_after_fault_share']:.1%}, {v['failed_after_fault_per_s']:.3g} per {sec}"),
         ("failures by status", ", ".join(
             f"{k} {n:,}" for k, n in sorted(json.loads(v["failed_by_status"]).items(),
                                             key=lambda kv: -kv[1])) or "none"),
@@ -309,14 +318,14 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
         out.append(f"<p>No timeline drawn: the report draws the {TIMELINE_RUNS_MAX} runs "
                    "that lost most; report this run alone to see it.</p>")
     out += ["<h2>Faults</h2>", _table(
-        ["#", "kind", "node", "peer", "start s", "end s", "damages disk", "detail"],
+        ["#", "kind", "node", "peer", f"start {sec}", f"end {sec}", "damages disk", "detail"],
         [[str(f["fault_id"]), e(f["kind"]), e(f["node"] or "–"), e(f.get("peer") or "–"),
           _s(f["start_ms"], start), _s(f["end_ms"], start), "yes" if f["damages_disk"] else "no",
           e(f.get("detail") or "")] for f in run.faults]) if run.faults else "<p>None.</p>"]
     obs = [o for o in run.observations if o["kind"] in ("slave_ahead", "settle")]
     if obs:
         out += ["<h2>Observations</h2>", _table(
-            ["at s", "kind", "master", "slave", "master offset", "slave offset", "detail"],
+            [f"at {sec}", "kind", "master", "slave", "master offset", "slave offset", "detail"],
             [[_s(o["time_ms"], start), e(o["kind"]), e(o.get("master") or "–"),
               e(o.get("slave") or "–"), "–" if o.get("master_offset") is None
               else f"{o['master_offset']:,}", "–" if o.get("slave_offset") is None

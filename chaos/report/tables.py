@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from chaos.check import consumption, promises, rates
+from chaos.check import consumption, outage, promises, rates
 from chaos.check.run_dirs import RunInfo
 from store.status import PutStatus
 
@@ -66,6 +66,20 @@ def percentiles(values: Any, counts: Any, ps: Sequence[float]) -> list[float | N
     return out
 
 
+def _fault_rows(group: pd.DataFrame | None) -> list[outage.FaultRow]:
+    if group is None:
+        return []
+
+    def ms(v: Any) -> int | None:
+        return None if v is None or pd.isna(v) else int(v)
+
+    return [outage.FaultRow(fault_ms=int(r["fault_ms"]), put_ok_ms=ms(r["put_ok_ms"]),
+                            first_failed_ms=ms(r["first_failed_ms"]),
+                            load_end_ms=int(r["load_end_ms"]), puts_after=int(r["puts_after"]),
+                            failed_after=int(r["failed_after"]))
+            for r in group.to_dict("records")]
+
+
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
                    consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
@@ -76,9 +90,8 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     AHEAD_COLUMNS; `consume`: run -> the
     consume-side figures (chaos.check.consumption), None for a run without a
     consumer (its consume columns are then empty, not zero); `recovery`:
-    run, fault_ms, put_ok_ms per fault that can stop writes (availability:
-    the time from each fault to the first PUT_OK invoked after it, null
-    when none came)."""
+    run and chaos.check.outage.RECOVERY_COLUMNS per fault that can stop
+    writes (availability, chaos/check/outage.py)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
     for (run_index, status), n in (timeline[timeline["status"] != PutStatus.PUT_OK]
@@ -87,7 +100,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     puts = timeline.groupby("run")["ops"].sum()
     lat = {int(r): g for r, g in latency.groupby("run")}
     rec = {int(r): g for r, g in (recovery if recovery is not None else pd.DataFrame(
-        columns=["run", "fault_ms", "put_ok_ms"])).groupby("run")}
+        columns=["run", *outage.RECOVERY_COLUMNS])).groupby("run")}
     ahead_by = ahead.set_index("run")
     rows = []
     for run in runs:
@@ -102,10 +115,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         g = lat.get(i)
         p50, p99 = (percentiles(g["us"], g["n"], (0.5, 0.99)) if g is not None
                     else (None, None))
-        r = rec.get(i)
-        back = (None if r is None else
-                (r["put_ok_ms"].dropna().astype("int64") - r["fault_ms"][r["put_ok_ms"].notna()]
-                 .astype("int64")))
+        avail = outage.availability(_fault_rows(rec.get(i)))
         a = ahead_by.loc[i] if i in ahead_by.index else None
         divergent = count("divergent_records")
         row: dict[str, Any] = {
@@ -144,11 +154,15 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
             "put_ok_p50_us": p50, "put_ok_p99_us": p99,
-            # Availability: the longest time from a fault to the first
-            # PUT_OK invoked after it; whether some fault had none after it.
-            "fault_to_put_ok_s": (float(back.max()) / 1000 if back is not None and len(back)
-                                  else None),
-            "unwritable_until_end": bool(r is not None and r["put_ok_ms"].isna().any()),
+            # Availability per unit of time (chaos/check/outage.py): the
+            # longest time from a fault to the first PUT_OK invoked after its
+            # node answered again; whether some fault had none after it; the
+            # time without a writable master; failed puts from the first fault.
+            "fault_to_put_ok_s": avail.fault_to_put_ok_s,
+            "unwritable_until_end": avail.unwritable_until_end,
+            "unwritable_s": avail.unwritable_s,
+            "failed_after_fault_share": avail.failed_after_fault_share,
+            "failed_after_fault_per_s": avail.failed_after_fault_per_s,
             "run_dir": run.run_dir,
         }
         c = (consume or {}).get(i)
@@ -213,6 +227,9 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "failed_by_status": json.dumps(_sum_counts(group["failed_by_status"]),
                                            sort_keys=True),
             "fault_to_put_ok_s_max": group["fault_to_put_ok_s"].max(),
+            "unwritable_s_mean": group["unwritable_s"].mean(),
+            "unwritable_s_max": group["unwritable_s"].max(),
+            "failed_after_fault_per_s_mean": group["failed_after_fault_per_s"].mean(),
             "unwritable_runs": int(group["unwritable_until_end"].sum()),
             **{k: (int(group[k].sum()) if group[k].notna().any() else None)
                for k in CONSUME_COLUMNS},

@@ -55,7 +55,7 @@ from dataclasses import replace
 from typing import Any
 
 from chaos.harness import disk_faults
-from chaos.harness.plan import stream
+from chaos.harness.plan import load_s, stream
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerTask
 from chaos.harness.run_base import RunBase
 from chaos.harness.run_config import RunConfig, SimDiskFaults
@@ -222,7 +222,7 @@ class SimRun(RunBase):
         workload = Workload(self.workload, SimSender(cluster, self.master),
                             seed=self.plan.workload_seed, node=self.master,
                             run_tag=f"s{cfg.seed}", clock_ns=loop.wall_ns, monotonic=loop.time)
-        duration = max(cfg.scenario.load_s, cfg.sim_duration_s)
+        duration = load_s(cfg.scenario, "sim", cfg.sim_duration_s)
         load = asyncio.create_task(workload.run(duration + 60.0))
         if cfg.scenario.consume:
             self.consumer = SimConsumer(

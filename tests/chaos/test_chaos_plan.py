@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from chaos.harness.plan import plan_run, stream
 from chaos.harness.scenarios import DEFAULT_MATRIX, QUICK_MATRIX, SCENARIOS, get
@@ -63,3 +65,24 @@ def test_shipped_scenarios_cover_the_issue() -> None:
     assert all(SCENARIOS[n].consume for n in consuming)
     assert set(QUICK_MATRIX) == {"master-crash", "master-crash-unflushed", "clean-restart",
                                  "master-crash-consuming"}
+
+
+def test_plan_says_how_long_the_load_runs_on_each_backend(tmp_path: Path) -> None:
+    """The sim backend's load lasts --sim-duration, not the scenario's load_s:
+    the plan says so, and a sim run's history spans what the plan said."""
+    def plan_text(*extra: str) -> str:
+        return subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "plan", "--scenario",
+                               "master-crash", "--seed", "3", *extra],
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "load runs 6 s on the local and compose backends, 60 simulated s on the sim " \
+        "backend" in plan_text()
+    assert "12 simulated s on the sim backend" in plan_text("--sim-duration", "12")
+    out = tmp_path / "sim"
+    subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "run", "--backend", "sim",
+                    "--scenario", "master-crash", "--seed", "3", "--sim-duration", "12",
+                    "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
+                    "--out", str(out)], capture_output=True, text=True, timeout=300, check=True)
+    (history,) = out.glob("**/history.jsonl")
+    invoked = [json.loads(line)["invoke_ms"] for line in history.read_text().splitlines()]
+    assert 11_500 <= max(invoked) - min(invoked) <= 14_000  # the last put ends it

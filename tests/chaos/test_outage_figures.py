@@ -1,0 +1,114 @@
+"""Availability per unit of time (chaos/check/outage.py): a recovery is the
+first PUT_OK invoked after the faulted node answered again, and the time
+without a writable master is the same for runs of different lengths with
+the same outage. The rules on their own, then one report (Spark) over
+planted run directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.pipeline_fixtures import fault, make_run, one_spark_user, op, rec, spark  # noqa: F401
+
+from chaos.check import outage
+from chaos.check.summary import outcome_line, run_outcome
+from chaos.report.pipeline import build_report
+from chaos.schema import read_jsonl
+
+
+def test_a_killed_node_answers_again_when_its_next_start_ends() -> None:
+    faults = [fault(0, "kill", "m", 1000), fault(1, "torn_tail", "m", 1100, 1150),
+              fault(2, "kill", "s", 1200), fault(3, "start", "m", 1800, 2600),
+              fault(4, "pause", "s", 3000), fault(5, "pause", "m", 4000, 4500)]
+    t0 = faults[0]["start_ms"] - 1000
+    answered = [outage.answered_ms(faults, i) for i in range(len(faults))]
+    assert [None if a is None else a - t0 for a in answered] == [
+        2600,  # the start after the kill ended then
+        1150,  # a damage step ends when done
+        None,  # the slave was never started again
+        2600, None, 4500]  # a pause without its resume: never
+
+
+def test_only_faults_during_which_puts_failed_stop_writes_and_overlaps_count_once() -> None:
+    kill = outage.FaultRow(fault_ms=1000, put_ok_ms=2705, first_failed_ms=1100,
+                           load_end_ms=5000, puts_after=40, failed_after=16)
+    torn = outage.FaultRow(fault_ms=1100, put_ok_ms=2705, first_failed_ms=1100,
+                           load_end_ms=5000, puts_after=39, failed_after=16)
+    # A slave killed under ASYNC_MASTER: every put went on being acknowledged.
+    slave = outage.FaultRow(fault_ms=3000, put_ok_ms=4200, first_failed_ms=None,
+                            load_end_ms=5000, puts_after=20, failed_after=0)
+    a = outage.availability([kill, torn, slave])
+    assert a.unwritable_s == pytest.approx(1.705)
+    assert a.fault_to_put_ok_s == pytest.approx(1.705)
+    assert not a.unwritable_until_end
+    assert a.failed_after_fault_share == pytest.approx(16 / 40)
+    assert a.failed_after_fault_per_s == pytest.approx(16 / 4.0)
+    never = outage.availability([outage.FaultRow(1000, None, 1001, 3000, 20, 20)])
+    assert never.unwritable_until_end and never.unwritable_s == pytest.approx(2.0)
+    assert outage.availability([]).unwritable_s is None
+
+
+def _outage_run(root: str, run_id: str, load_end: int, backend: str) -> str:
+    """ASYNC_MASTER + SYNC_FLUSH: a put every 100 ms up to `load_end`; the
+    master killed at 1000, started again at 1800 and answering at 2600. The
+    put invoked in the kill's millisecond was acknowledged at 1001 (it
+    reached the node before the signal); the puts from 1100 to 2600 failed;
+    the next one, invoked at 2700, is the recovery (answered at 2705)."""
+    history, records = [], []
+    for i, at in enumerate(range(0, load_end + 1, 100)):
+        down = 1100 <= at <= 2600
+        offset = None if down else len(records) * 100
+        history.append(op(i + 1, f"m{i}", offset, at=at, latency=1 if at == 1000 else 5,
+                          status="INDETERMINATE" if down else "PUT_OK"))
+        if not down:
+            records.append(rec(len(records) * 100, f"m{i}"))
+    return make_run(root, run_id, role="ASYNC_MASTER", flush="SYNC_FLUSH",
+                    scenario="master-crash", history=history,
+                    records={"m": records, "s": records},
+                    faults=[fault(0, "kill", "m", 1000), fault(1, "start", "m", 1800, 2600)],
+                    final={"m": {"killed": True}}, duration_ms=load_end + 500,
+                    backend=backend)
+
+
+@one_spark_user
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    root = str(tmp_path / "runs")
+    short = _outage_run(root, "short", load_end=5000, backend="local")
+    _outage_run(root, "long", load_end=20000, backend="sim")
+    # The planted runs are what the harness writes: the kill has no end of
+    # its own, its start row says when the node answered.
+    assert [f["end_ms"] for f in read_jsonl(os.path.join(short, "faults.jsonl"))][0] is None
+    summary = build_report([root], str(tmp_path / "report"))
+    v = summary.verdicts.set_index("run_id")
+    for run_id in ("short", "long"):
+        # Not 0.001 s: the put invoked with the kill answered before the node went down.
+        assert v.loc[run_id, "fault_to_put_ok_s"] == pytest.approx(1.705)
+        assert v.loc[run_id, "unwritable_s"] == pytest.approx(1.705)
+        assert not v.loc[run_id, "unwritable_until_end"]
+        assert v.loc[run_id, "failed_after_fault_share"] == pytest.approx(
+            16 / len([at for at in range(1000, {"short": 5000, "long": 20000}[run_id] + 1, 100)]))
+    # The failed share of all puts depends on the run's length; the time
+    # without a writable master does not.
+    assert v.loc["short", "failed_put_share"] > v.loc["long", "failed_put_share"]
+    assert v.loc["short", "failed_after_fault_per_s"] == pytest.approx(16 / 4.005)
+    # The run's own console line (chaos/check/summary.py) computes the same
+    # rows in Python: the same answer.
+    for run_id in ("short", "long"):
+        o = run_outcome(os.path.join(root, run_id))
+        assert o.unwritable_s == pytest.approx(v.loc[run_id, "unwritable_s"])
+    assert "no writable master for 1.705 simulated s" in outcome_line(
+        run_outcome(os.path.join(root, "long")))
+    assert "no writable master for 1.705 s" in outcome_line(run_outcome(short))
+    report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert "unwritable s" in report and "failed/s after fault" in report
+    # The sim run's times are simulated time, and say so; the local run's are not.
+    assert "1.71 (simulated)" in report and "| 1.71 |" in report
+    page = (tmp_path / "report" / "runs" / "long.html").read_text(encoding="utf-8")
+    assert "1.705 simulated s" in page
+    assert "simulated" not in (tmp_path / "report" / "runs" / "short.html").read_text(
+        encoding="utf-8")
