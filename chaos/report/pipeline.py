@@ -285,9 +285,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
 
 def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = None
                 ) -> DataFrame:
-    """Per run: master records in its common range with some slave that
-    the slave does not hold byte for byte, the first of their offsets;
-    malformed rows per node; and with `ahead` (slave_ahead.ahead_table), `ahead{k}`: the
+    """Per run: malformed rows per node; and with `ahead` (slave_ahead.ahead_table), `ahead{k}`: the
     slave's records inside the gap of the run's k-th slave_ahead observation."""
     good = ~F.col("bad")
     node = F.col("node")
@@ -302,17 +300,20 @@ def _divergence(records: DataFrame, max_nodes: int, ahead: DataFrame | None = No
             good & (node == F.col(f"node_{k}")) & (offset >= F.col(f"lo_{k}"))
             & (offset < F.col(f"hi_{k}")), F.lit(False))).alias(f"ahead{k}")
             for k in range(slots)]
-    per_node = per_run.groupBy("run").agg(
+    return per_run.groupBy("run").agg(
         *[F.count_if(~good & (node == i)).alias(f"bad{i}") for i in range(max_nodes)],
         *ahead_counts)
-    # The rule itself is chaos/check/divergence.py's, run on each run's
-    # records (grouped by run, as the input exchange already is).
-    div = records.select("run", "node", "offset", "size", "body_crc", "msg_id",
-                         "record_hash", "bad").groupBy("run").applyInPandas(
+
+
+def _divergent(records: DataFrame) -> DataFrame:
+    """Per run: its divergent records and the first one's offset, by the
+    rule of chaos/check/divergence.py run on the run's records (grouped by
+    run, as the input exchange already is). A branch of its own, merged
+    with _divergence's by run after the query: a join here would shuffle
+    the rule's output again."""
+    return records.select("run", "node", "offset", "size", "body_crc", "msg_id",
+                          "record_hash", "bad").groupBy("run").applyInPandas(
         divergence.divergence_group, divergence.FRAME_SCHEMA)
-    return per_node.join(div, "run", "left").select(
-        "run", F.coalesce("divergent_records", F.lit(0).cast(_LONG)).alias("divergent_records"),
-        "first_divergent_offset", *[c for c in per_node.columns if c != "run"])
 
 
 def _timeline(history: DataFrame, runs_df: DataFrame) -> DataFrame:
@@ -403,6 +404,7 @@ def checker_query(spark: SparkSession, runs: Sequence[RunInfo]
     obs = slave_ahead.ahead_observations(runs)
     branches = {
         "messages": _message_figures(history, records, runs_df, max_nodes),
+        "divergent": _divergent(records),
         "divergence": _divergence(records, max_nodes,
                                   slave_ahead.ahead_table(spark, obs) if obs else None),
         "timeline": _timeline(history, runs_df),
@@ -432,6 +434,11 @@ def _run_query(spark: SparkSession, runs: Sequence[RunInfo]) -> dict[str, pd.Dat
     out = {kind: pd.DataFrame(rows[kind], columns=columns[kind]) for kind in columns}
     if "recovery" not in out:
         out["recovery"] = pd.DataFrame(columns=["run", "fault_id", *outage.RECOVERY_COLUMNS])
+    divergent = out.pop("divergent")
+    merged = out["divergence"].merge(divergent, on="run", how="left")
+    merged["divergent_records"] = merged["divergent_records"].fillna(0).astype("int64")
+    out["divergence"] = merged[["run", "divergent_records", "first_divergent_offset",
+                                *[c for c in out["divergence"].columns if c != "run"]]]
     out["slave_ahead"] = slave_ahead.ahead_messages(out["divergence"], obs)
     out["divergence"] = out["divergence"].drop(
         columns=[c for c in columns["divergence"] if c.startswith("ahead")])
