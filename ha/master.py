@@ -35,6 +35,7 @@ from ha.session import (
 )
 from ha.transport.streams import EOF, MasterStream
 from ha.waiters import ReplicaWaitQueue
+from ha.wake import Wake
 from proto import ha_pb2, ha_pb2_grpc
 from store.emulate import RMQ_3015, RMQ_3349
 from store.failpoints import Failpoints
@@ -79,7 +80,7 @@ class _Stream:
     session: MasterSession
     link: SlaveLinkState
     peer: str
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: Wake = field(default_factory=Wake)  # the ship loop's: something to ship or say
     close: tuple[grpc.StatusCode, str] | None = None
     truncate_sent: int | None = None
     context: MasterStream | None = None  # the call: is it over?
@@ -430,9 +431,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 # No hook tells us when the flusher advances `flushed`: while
                 # bytes wait for a flush, look again every flush interval.
                 timeout = min(timeout, flush_poll_s)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(timeout, 0.001)):
-                    await stream.wake.wait()
+            await stream.wake.wait(max(timeout, 0.001))
 
 
 async def _read_report(context: MasterStream) -> ha_pb2.Report | None:

@@ -34,6 +34,7 @@ from ha.config import HAConfig
 from ha.session import Apply, Drop, Heartbeat, SlaveSession, TruncateTo
 from ha.transport.grpc_transport import HA_CHANNEL_OPTIONS, GrpcConnector
 from ha.transport.streams import EOF, HAConnector, SlaveCall
+from ha.wake import Wake
 from proto import ha_pb2
 from store.config import MIB, CrashModel, FlushMode
 from store.failpoints import Failpoints
@@ -182,7 +183,7 @@ class HASlave:
         loop = asyncio.get_running_loop()
         now = self.clock.monotonic()
         session = SlaveSession(self.log.wrote, self.config, now_s=now)
-        want_report = asyncio.Event()
+        want_report = Wake()
         writer = asyncio.create_task(self._report_loop(call, session, want_report))
         housekeeping_s = self.config.housekeeping_interval_ms / 1000
         got_data = False
@@ -351,12 +352,10 @@ class HASlave:
         self.link.reported = session.max_offset
 
     async def _report_loop(self, call: SlaveCall, session: SlaveSession,
-                           want: asyncio.Event) -> None:
+                           want: Wake) -> None:
         heartbeat_s = self.config.heartbeat_interval_ms / 1000
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(heartbeat_s):
-                    await want.wait()
+            await want.wait(heartbeat_s)
             want.clear()
             await self._report(call, session)
 

@@ -87,6 +87,11 @@ class StoreConfig:
     # are kept. A record bigger than a buffer is queued on its own.
     write_buffer_bytes: int = 4 * MIB
     write_buffers_kept: int = 16
+    # Of those, this many (at most write_buffers_kept) are allocated and
+    # zero-filled at open, so the first appends do not fault fresh memory
+    # in; the simulated cluster opens stores with none (they would be most
+    # of a short sim run's memory: docs/performance-notes.md).
+    write_buffers_preallocated: int = 4
     # Under the power crash model, an append that leaves more than this
     # unflushed (in memory) flushes before it returns, so memory stays
     # bounded when appends outrun the disk (RocketMQ's transient store pool
@@ -122,6 +127,7 @@ class StoreConfig:
             f"at most {max(1, self.segment_size_bytes - 512)}",
         )
         need(self.flush_interval_ms >= 1, "flush_interval_ms must be at least 1")
+        need(self.write_buffers_preallocated >= 0, "write_buffers_preallocated must be 0 or more")
         need(self.flush_least_pages >= 0, "flush_least_pages must be 0 or more")
         need(self.page_size_bytes >= 1, "page_size_bytes must be positive")
         need(

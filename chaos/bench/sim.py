@@ -136,6 +136,9 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
         "ratio_cpu": (round(60.0 / cpu_per_run / local_rpm, 1)
                       if local_rpm and cpu_per_run else None),
         "goal": GOAL_RATIO,
+        # CPU per run moves with the interpreter's build as much as with the
+        # code (docs/performance-notes.md, "The simulated cluster").
+        "python": " ".join(sys.version.split()),
     }
     if not args.json:
         print(f"sim: {sim.runs} runs of the quick scenarios, {figures['sim_wall_s_per_run']} s "
@@ -145,6 +148,7 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
               f"{figures['sim_cpu_s_per_run']} CPU s per run, {args.jobs} at a time")
         source = "measured" if local is not None else "given (--local-runs-per-min)"
         print(f"local: {figures['local_runs_per_min']} runs/min ({source})")
+        print(f"python: {figures['python']}")
         print(f"ratio sim/local runs per minute: {figures['ratio']} (goal {GOAL_RATIO:g}); "
               f"{figures['ratio_cpu']} with a core per sim run (CPU time); "
               f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")

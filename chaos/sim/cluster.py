@@ -33,7 +33,7 @@ import random
 import tempfile
 import weakref
 from collections.abc import Callable, Coroutine, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaos.harness.workload import SendOutcome
@@ -84,7 +84,11 @@ def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = T
     args = parser.parse_args(["node", *spec.node_args(
         data_dir=DATA_DIR, listen=listen, master=master, token_file="-", slaves=slaves)])
     cfg: NodeConfig = node_config_from_args(args, token=token)
-    return cfg
+    # The same store, without write buffers zero-filled at open: memory, not
+    # behaviour (buffers are still made as appends need them), and most of
+    # a short sim run's memory (docs/performance-notes.md, "The simulated
+    # cluster").
+    return replace(cfg, store=cfg.store.with_(write_buffers_preallocated=0))
 
 
 class _OwnedNetwork(MemoryNetwork):

@@ -184,7 +184,8 @@ class CommitLog:
         self._p_start: list[int] = []
         self._p_end: list[int] = []
         self._p_data: list[bytes | memoryview] = []
-        self._buffers = WriteBuffers(config.write_buffer_bytes, keep=config.write_buffers_kept)
+        self._buffers = WriteBuffers(config.write_buffer_bytes, keep=config.write_buffers_kept,
+                                     preallocated=config.write_buffers_preallocated)
         self._head = 0
         self._last_ts = last_store_timestamp_ms
         self._host_field = _host_field(config.store_host)

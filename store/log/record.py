@@ -374,3 +374,36 @@ def verify(buf: bytes | memoryview, pos: int, offset: int) -> tuple[int, int]:
     if zlib.crc32(buf[body_start:body_end]) & 0x7FFFFFFF != crc:
         raise CorruptRecordError("crc", f"body CRC mismatch (stored {crc})")
     return size, store_ts
+
+
+class RecordSummary(NamedTuple):
+    """What a read-back lists of a record (chaos/harness/readback.py)."""
+
+    size: int
+    body_crc: int
+    store_timestamp_ms: int
+    msg_id: str | None
+
+
+_INT32 = struct.Struct(">i")
+_CRC_AT, _SYSFLAG_AT = 8, 36  # BODYCRC and SYSFLAG (the layout above)
+_BODY_LEN_AT = V4_FIXED_SIZE - 4  # IPv4 layout: the BODY length ends the fixed part
+
+
+def summarize(buf: bytes | memoryview, pos: int, offset: int) -> RecordSummary:
+    """verify() plus the stored body CRC and UNIQ_KEY: the same checks and
+    the same answers as decode(buf, pos, offset=offset), without building
+    the Record (its hosts, body and topic copies). The read-back of every
+    record after a sim run spent most of its time in decode
+    (docs/performance-notes.md, "The simulated cluster")."""
+    size, store_ts = verify(buf, pos, offset)
+    (sys_flag,) = _INT32.unpack_from(buf, pos + _SYSFLAG_AT)
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        rec = decode(buf, pos, offset=offset)  # rare layout: take the full path
+        return RecordSummary(rec.size, rec.body_crc, rec.store_timestamp_ms, rec.msg_id)
+    (crc,) = _INT32.unpack_from(buf, pos + _CRC_AT)
+    (body_len,) = _INT32.unpack_from(buf, pos + _BODY_LEN_AT)
+    body_end = pos + V4_FIXED_SIZE + body_len
+    props_at = body_end + 1 + buf[body_end] + 2  # past TOPIC and the PROPERTIES length
+    props = decode_properties(bytes(buf[props_at:pos + size]), lenient=True)
+    return RecordSummary(size, crc, store_ts, props.get(UNIQ_KEY))

@@ -26,8 +26,9 @@ PREALLOCATED = 4  # buffers allocated at open (at most `keep`)
 
 
 class WriteBuffers:
-    def __init__(self, buffer_bytes: int, keep: int = 8) -> None:
-        assert buffer_bytes > 0 and keep >= 0
+    def __init__(self, buffer_bytes: int, keep: int = 8,
+                 preallocated: int = PREALLOCATED) -> None:
+        assert buffer_bytes > 0 and keep >= 0 and preallocated >= 0
         self.buffer_bytes = buffer_bytes
         self.keep = keep
         self.current = bytearray(buffer_bytes)
@@ -38,7 +39,7 @@ class WriteBuffers:
         # all of it, which every node start would pay for (see
         # docs/performance-notes.md).
         self._free: list[bytearray] = [bytearray(buffer_bytes)
-                                       for _ in range(min(keep, PREALLOCATED))]
+                                       for _ in range(min(keep, preallocated))]
         # id(buffer) -> chunks queued in it and not yet flushed; the buffer
         # itself is kept alive by the chunks (memoryviews) that name it.
         self._pending: dict[int, int] = {}

@@ -193,6 +193,7 @@ def test_bench_sim_prints_its_figures_as_json() -> None:
                                                  rel=0.02, abs=0.1)
     assert len(figures["load_avg_1m"]) == 2
     assert figures["local_measured"] is False
+    assert figures["python"] == " ".join(sys.version.split())  # which interpreter ran it
 
 
 def test_bad_sim_arguments_are_refused_with_exit_2(tmp_path: Path) -> None:
