@@ -226,6 +226,19 @@ def _chosen(args: argparse.Namespace) -> list[Planted]:
     return [BY_ID[d] for d in args.defect] if args.defect else list(DEFECTS)
 
 
+def _scenario_names(given: str | None) -> list[str]:
+    """--scenarios: a subset of the main job's default scenarios (default all)."""
+    if not given:
+        return list(scenarios.QUICK_MATRIX)
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    bad = [n for n in names if n not in scenarios.QUICK_MATRIX]
+    if bad or not names:
+        raise UserError(f"--scenarios {given!r}: {', '.join(bad) or 'no name'} is not one of "
+                        f"the main job's default scenarios; give some of "
+                        f"{','.join(scenarios.QUICK_MATRIX)}")
+    return names
+
+
 def _maker(args: argparse.Namespace) -> RunFn:
     from chaos.harness.run_config import RunConfig
     from chaos.matrix.launch import make_run
@@ -270,7 +283,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
     results_dir(args.out)
     seeds = [args.seed + k for k in range(args.runs)]
-    names = list(scenarios.QUICK_MATRIX)
+    names = _scenario_names(args.scenarios)
     cells = plan_cells(chosen, names, seeds)
     print(f"selftest: {len(chosen)} planted defect(s) x {', '.join(names)} x their modes x "
           f"{len(seeds)} seed(s), plus baselines: {len(cells)} runs on the {args.backend} "
@@ -315,6 +328,9 @@ def register(csub: Any) -> None:
     p.add_argument("--defect", action="append", default=[],
                    help="only this planted defect (repeatable; default: all)")
     p.add_argument("--out", help="results directory (required unless --list)")
+    p.add_argument("--scenarios", default=None,
+                   help="comma-separated subset of the main job's default scenarios "
+                   f"(default: all of {','.join(scenarios.QUICK_MATRIX)})")
     p.add_argument("--runs", type=positive_int, default=2,
                    help="seeds per scenario and mode (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
