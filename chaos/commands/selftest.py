@@ -72,10 +72,18 @@ DEFECTS: tuple[Planted, ...] = (
     Planted(PLANTED_CHECKPOINT_BEFORE_FLUSH,
             "after a crash inside a flush the checkpoint vouches for bytes the disk never "
             "got: recovery refuses the store, or (truncate policy) cuts flushed data",
-            ((AM, SF), (AM, AF))),
+            ((AM, SF), (AM, AF)),
+            known_miss="every crash of the default scenarios comes in the master's first "
+                       "life, before its checkpoint file's directory entry was ever made "
+                       "durable (a clean close does that): recovery finds no checkpoint, "
+                       "scans every segment and never reads the one that ran ahead"),
     Planted(PLANTED_DISPATCH_BEFORE_DURABLE,
             "under SYNC_FLUSH a consumer gets messages a crash then takes",
-            ((AM, SF), (SM, SF))),
+            ((AM, SF), (SM, SF)),
+            known_miss="the master ships what it wrote (ha_ship_limit wrote, the default), so "
+                       "the slave holds every record the master's crash takes in the one "
+                       "fsync window the switch opens: what the consumer got early is still "
+                       "on a node (rmq-8239's check ships only flushed bytes to see it)"),
     Planted(PLANTED_RECOVERY_SKIPS_CRC,
             "recovery keeps a record whose body was damaged on disk",
             ((AM, AF), (SM, SF)),
