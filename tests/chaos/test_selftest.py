@@ -246,6 +246,8 @@ def test_stale_ack_answers_a_put_from_an_ack_that_predates_it(switch: str | None
 
 
 # ------------------------------------------------------- a small selftest run
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # 8 sim runs of 60 s of cluster time: 1-4 min on a loaded machine
 def test_a_small_selftest_on_the_sim_catches_ack_before_fsync(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "st"
