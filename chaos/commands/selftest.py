@@ -100,7 +100,13 @@ DEFECTS: tuple[Planted, ...] = (
                        "foreign offset (a rogue or restarted peer)"),
     Planted(PLANTED_STALE_ACK,
             "SYNC_MASTER acknowledges messages no slave holds (replica promise)",
-            ((SM, AF), (SM, SF))),
+            ((SM, AF), (SM, SF)),
+            known_miss="the switch answers a put one shipping delay early (the master ships "
+                       "every append at once, and the slave acks it a network round trip "
+                       "later); no default scenario's crash fell inside that gap, and under "
+                       "SYNC_FLUSH the master's own disk keeps the put anyway. A slave that "
+                       "is paused or cut off (slave-pause, partition: not in the main job) "
+                       "with a master crash after would widen it"),
 )
 BY_ID = {d.id: d for d in DEFECTS}
 assert set(BY_ID) == set(PLANTED), "every planted switch of store/emulate.py needs its entry"

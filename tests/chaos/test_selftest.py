@@ -86,6 +86,13 @@ def test_list_json_names_every_planted_defect(capsys: pytest.CaptureFixture[str]
         assert d["breaks"] and d["modes"] and d["switch"] == PLANTED[d["id"]]
 
 
+def test_help_documents_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["chaos", "selftest", "--help"])
+    assert exc.value.code == 0
+    assert "exit status:" in capsys.readouterr().out
+
+
 def test_bad_input_is_a_usage_error_naming_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chaos", "selftest", "--defect", "planted-nothing", "--out", "x"]) == 2
     assert "planted-nothing" in capsys.readouterr().err
