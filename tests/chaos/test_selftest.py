@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ha_helpers import running_cluster, send_n, slave_link, status, wait_until
 from support.store_helpers import message
 
 from chaos.cli import main
+from cluster.node.role import Role
 from ha.config import HAConfig
 from ha.frames import RangeFrame
 from ha.session import SlaveSession
@@ -250,6 +252,39 @@ def test_stale_ack_answers_a_put_from_an_ack_that_predates_it(switch: str | None
     plan = plan_replica_wait(results, best_acked=1000, rules=rules)
     assert plan.wait_end == (1000 if switch else 1300)
     assert (plan.wait_end <= 1000) is (switch is not None)  # met by the ack already in
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", [None, PLANTED_STALE_ACK])
+def test_stale_ack_on_the_wire_a_paused_slave_and_a_put_ok(tmp_path: Path,
+                                                          switch: str | None) -> None:
+    """Real processes: a SYNC_MASTER whose only slave is paused (SIGSTOP).
+    The fixed master answers the next put FLUSH_SLAVE_TIMEOUT after the
+    slave timeout; with the switch it answers PUT_OK at once, from the
+    ack the slave sent before the put, which its acked offset shows."""
+    extra = ("--ha-housekeeping-ms", "30000", "--slave-timeout-ms", "3000")
+    extra += ("--emulate", switch) if switch else ()
+    with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, extra=extra,
+                         connected=True) as (b, tok):
+        assert {o.status for o in send_n(b, tok, 3, timeout_s=30)} == {"PUT_OK"}
+        wait_until(lambda: slave_link(b, tok).get("acked", 0) >= b_end(b, tok), 30,
+                   "the slave acks the first puts")
+        b.pause("slave1")
+        try:
+            (out,) = send_n(b, tok, 1, prefix="paused", timeout_s=30)
+            acked = slave_link(b, tok)["acked"]
+        finally:
+            b.resume("slave1")
+    if switch is None:
+        assert out.status == "FLUSH_SLAVE_TIMEOUT"
+    else:
+        assert out.status == "PUT_OK"
+        assert acked < (out.offset or 0) + (out.size or 0)  # no slave held it
+
+
+def b_end(b: Any, tok: str) -> int:
+    """The master's written end, from its status."""
+    return int(status(b, tok, "master")["wrote"])
 
 
 # ------------------------------------------------------- a small selftest run
