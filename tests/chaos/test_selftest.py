@@ -267,7 +267,7 @@ def test_stale_ack_on_the_wire_a_paused_slave_and_a_put_ok(tmp_path: Path,
     with running_cluster(str(tmp_path), role=Role.SYNC_MASTER, extra=extra,
                          connected=True) as (b, tok):
         assert {o.status for o in send_n(b, tok, 3, timeout_s=30)} == {"PUT_OK"}
-        wait_until(lambda: slave_link(b, tok).get("acked", 0) >= b_end(b, tok), 30,
+        wait_until(lambda: slave_link(b, tok).get("acked", 0) >= _master_end(b, tok), 30,
                    "the slave acks the first puts")
         b.pause("slave1")
         try:
@@ -282,7 +282,7 @@ def test_stale_ack_on_the_wire_a_paused_slave_and_a_put_ok(tmp_path: Path,
         assert acked < (out.offset or 0) + (out.size or 0)  # no slave held it
 
 
-def b_end(b: Any, tok: str) -> int:
+def _master_end(b: Any, tok: str) -> int:
     """The master's written end, from its status."""
     return int(status(b, tok, "master")["wrote"])
 
