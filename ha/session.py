@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ha.config import HAConfig, SlaveAheadPolicy
-from store.emulate import RMQ_3015, RMQ_3349
+from store.emulate import PLANTED_SLAVE_WRONG_OFFSET, RMQ_3015, RMQ_3349
 
 
 class RemoteProtocolError(Exception):
@@ -334,10 +334,15 @@ class SlaveSession:
         self.config = config
         self.last_contact = now_s
         self.last_report = now_s
+        # PLANTED FAULT (--emulate planted-slave-wrong-offset), not
+        # RocketMQ's: a range that does not start at this slave's max offset
+        # is applied anyway, at the slave's end (RocketMQ's HAClient and the
+        # fixed code drop the stream).
+        self.wrong_offset = PLANTED_SLAVE_WRONG_OFFSET in config.emulate
 
     def on_range(self, offset: int, length: int, *, now_s: float) -> SlaveDecision:
         self.last_contact = now_s
-        if offset != self.max_offset:
+        if offset != self.max_offset and not self.wrong_offset:
             return Drop(f"master shipped a range at {offset} but this slave's max offset is "
                         f"{self.max_offset}")
         return Apply() if length else Heartbeat()

@@ -255,7 +255,10 @@ class HASlave:
         try:
             # No copy: the log keeps a view of the received message until it
             # is flushed (one 1 MiB copy less per range).
-            new_max = self.log.append_raw(rng.offset, rng.data)
+            # Under --emulate planted-slave-wrong-offset the session applies a
+            # range at another offset; it lands at this log's end.
+            at = None if rng.offset == session.max_offset else self.log.wrote
+            new_max = self.log.append_raw(rng.offset, rng.data, at=at)
         except OffsetMismatchError as exc:
             raise StreamEnded(f"range rejected: {exc}") from None
         except RangeRejectedError as exc:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ha.config import HAConfig
+from store.emulate import PLANTED_STALE_ACK
 from store.put_path import flush_status as put_flush_status
 from store.status import PutResult, PutStatus, worse
 
@@ -47,12 +48,15 @@ class SyncMasterRules:
     sync_master: bool  # the role is SYNC_MASTER (ASYNC_MASTER: never waits for a slave)
     max_gap_not_in_sync_bytes: int
     slave_timeout_ms: int
+    # --emulate planted-stale-ack (store/emulate.py): wait for the puts' start.
+    planted_stale_ack: bool = False
 
     @classmethod
     def of(cls, ha: HAConfig, *, sync_master: bool) -> SyncMasterRules:
         return cls(sync_master=sync_master,
                    max_gap_not_in_sync_bytes=ha.max_gap_not_in_sync_bytes,
-                   slave_timeout_ms=ha.slave_timeout_ms)
+                   slave_timeout_ms=ha.slave_timeout_ms,
+                   planted_stale_ack=PLANTED_STALE_ACK in ha.emulate)
 
 
 def slave_ok(end: int, best_acked: int | None, max_gap_not_in_sync_bytes: int) -> bool:
@@ -80,6 +84,14 @@ def plan_replica_wait(results: Sequence[PutResult], best_acked: int | None,
         return NO_REPLICA_WAIT
     admitted = [r for r in results if r.status is PutStatus.PUT_OK
                 and slave_ok(r.end, best_acked, rules.max_gap_not_in_sync_bytes)]
+    if rules.planted_stale_ack and admitted:
+        # PLANTED FAULT (--emulate planted-stale-ack), not RocketMQ's: the
+        # wait is for an ack covering the first put's start, the log's end
+        # before the batch, which a slave may have acked before the batch
+        # was even shipped (rule 2 and RocketMQ's GroupTransferService wait
+        # for the end: `req.getNextOffset()`).
+        return ReplicaPlan(waits=True, admitted=frozenset(r.offset for r in admitted),
+                           wait_end=min(r.offset for r in admitted))
     return ReplicaPlan(waits=True, admitted=frozenset(r.offset for r in admitted),
                        wait_end=max(r.end for r in admitted) if admitted else None)
 

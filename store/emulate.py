@@ -24,6 +24,27 @@ backends take them the same way:
   counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
   before the fsync, which runs at the next flush. The `power` crash model
   must catch it on every backend (docs/known-bugs.md).
+- planted-checkpoint-before-flush  store/log/commitlog.py CommitLog.flush:
+  the checkpoint (its flushed end and timestamp) is written and fsynced
+  before the CommitLog bytes it names are written and fsynced. A crash in
+  between leaves a checkpoint vouching for bytes that never reached the
+  disk: recovery takes the torn tail for corruption of flushed data.
+- planted-dispatch-before-durable  store/consume/consume_side.py
+  MessageStore.confirmed_offset: under SYNC_FLUSH consumers may read up to
+  the end the running flush has taken (CommitLog.flush_target) instead of
+  what it has made durable, so a crash during the flush takes records a
+  consumer already got.
+- planted-recovery-skips-crc  store/log/recovery.py scan_segment: recovery
+  checks each record's size, magic, position and layout but not its body
+  CRC, so a record whose body was damaged on disk is kept as valid.
+- planted-slave-wrong-offset  ha/session.py SlaveSession.on_range,
+  ha/slave.py: a range that does not start at the slave's end is applied
+  at the slave's end anyway (RocketMQ's HAClient drops the connection), so
+  the slave holds records at offsets where the master holds others.
+- planted-stale-ack  ha/sync_master.py plan_replica_wait: a SYNC_MASTER
+  put waits for a slave ack covering the put's start (the log's end before
+  the put, which the slave acked earlier) instead of its end, so the put is
+  answered PUT_OK from a stale ack, before any slave holds it.
 
 This module is the one list of ids the lower layers (store, ha) accept;
 it holds no behaviour.
@@ -40,6 +61,11 @@ RMQ_3015 = "rmq-3015"
 RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
+PLANTED_CHECKPOINT_BEFORE_FLUSH = "planted-checkpoint-before-flush"
+PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
+PLANTED_RECOVERY_SKIPS_CRC = "planted-recovery-skips-crc"
+PLANTED_SLAVE_WRONG_OFFSET = "planted-slave-wrong-offset"
+PLANTED_STALE_ACK = "planted-stale-ack"
 
 # id -> what the switch re-introduces (one line; chaos/commands/bugs.py has the rest).
 RMQ_BUGS: dict[str, str] = {
@@ -58,6 +84,16 @@ RMQ_BUGS: dict[str, str] = {
 PLANTED: dict[str, str] = {
     PLANTED_ACK_BEFORE_FSYNC: "planted fault, not a RocketMQ bug: a flush counts its bytes "
                               "flushed (SYNC_FLUSH acks them) before their fsync",
+    PLANTED_CHECKPOINT_BEFORE_FLUSH: "planted fault: the checkpoint's flushed end is made "
+                                     "durable before the bytes it names are",
+    PLANTED_DISPATCH_BEFORE_DURABLE: "planted fault: under SYNC_FLUSH consumers read up to "
+                                     "the running flush's target before its fsync",
+    PLANTED_RECOVERY_SKIPS_CRC: "planted fault: recovery does not check the body CRC of "
+                                "the records it keeps",
+    PLANTED_SLAVE_WRONG_OFFSET: "planted fault: a slave applies a range that does not start "
+                                "at its end at its end anyway",
+    PLANTED_STALE_ACK: "planted fault: a SYNC_MASTER put is answered from an ack that covers "
+                       "its start, not its end",
 }
 # Every id --emulate accepts.
 SWITCHES: dict[str, str] = {**RMQ_BUGS, **PLANTED}

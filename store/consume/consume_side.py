@@ -17,7 +17,7 @@ from store.config import FlushMode, StoreConfig
 from store.consume.consumequeue import ConsumeQueues, DispatchError
 from store.consume.consumer_offsets import ConsumerOffsetTable
 from store.consume.reput import units as reput_units
-from store.emulate import RMQ_405, RMQ_8239
+from store.emulate import PLANTED_DISPATCH_BEFORE_DURABLE, RMQ_405, RMQ_8239
 from store.failpoints import Failpoints
 from store.log import native as native_codec
 from store.log.commitlog import CommitLog
@@ -211,6 +211,12 @@ class ConsumeSide:
         a crash can still take is ever consumed (apache/rocketmq#8239);
         `wrote` otherwise, as RocketMQ."""
         if self.config.flush_mode == FlushMode.SYNC_FLUSH and RMQ_8239 not in self.config.emulate:
+            if PLANTED_DISPATCH_BEFORE_DURABLE in self.config.emulate:
+                # PLANTED FAULT (--emulate planted-dispatch-before-durable),
+                # not RocketMQ's: the end the running flush has taken stands
+                # for the flushed one, so records its write and fsync have not
+                # made durable yet are served to consumers.
+                return min(self.log.wrote, max(self.log.flushed, self.log.flush_target))
             return self.log.flushed
         # --emulate rmq-8239: RocketMQ's CommitLog.getConfirmOffset() was the
         # written end even under SYNC_FLUSH, so ReputMessageService made

@@ -51,7 +51,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from store.config import MIB, CrashModel, FlushMode, StoreConfig
-from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_2706, RMQ_10666
+from store.emulate import (
+    PLANTED_ACK_BEFORE_FSYNC,
+    PLANTED_CHECKPOINT_BEFORE_FLUSH,
+    RMQ_2706,
+    RMQ_10666,
+)
 from store.failpoints import DISARMED, Failpoints
 from store.log import native as native_codec
 from store.log.checkpoint import CheckpointFile
@@ -178,6 +183,10 @@ class CommitLog:
         self._unsynced: dict[int, Segment] = {}
         self._unsynced_end = end
         self._unsynced_ts = last_store_timestamp_ms
+        self._checkpoint_first = PLANTED_CHECKPOINT_BEFORE_FLUSH in config.emulate
+        # The end the running flush has taken (== flushed between flushes);
+        # read only by --emulate planted-dispatch-before-durable.
+        self.flush_target = end
         # Pending chunks not yet in the file (POWER) or not yet fsynced (PROCESS):
         # parallel lists from index _head on; _p_end is the logical end (a blank
         # covers the rest of its segment).
@@ -421,11 +430,15 @@ class CommitLog:
             PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id, detail=why)
             for m in messages[batch.pushed:]]
 
-    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+    def append_raw(self, offset: int, data: bytes | memoryview, *, at: int | None = None) -> int:
         """Append bytes shipped by a master at `offset` (must equal `wrote`).
         Every record is verified first (size, magic, PHYSICALOFFSET, CRC; a
         blank must end its segment exactly); on any failure nothing is
         appended. Returns the new `wrote`.
+
+        `at` places the verified bytes at `at` instead of `offset`: only the
+        planted fault --emulate planted-slave-wrong-offset (ha/slave.py) passes
+        it, with its `wrote`; the fixed code never does.
 
         A read-only view (of the received message) is kept as it is, not
         copied, until it is flushed; a writable one is copied first, so the
@@ -436,8 +449,11 @@ class CommitLog:
             refused = self._refused()
             if refused:
                 raise (StoreFailedError if self.failed else SegmentUnavailableError)(refused)
-            if offset != self.wrote:
+            place = offset if at is None else at
+            if place != self.wrote:
                 raise OffsetMismatchError(f"range at {offset}, this log's wrote is {self.wrote}")
+            if place + len(data) > place - place % self.seg_size + self.seg_size:
+                raise RangeRejectedError("range crosses a segment boundary where it lands")
             seg_start = offset - offset % self.seg_size
             seg_end = seg_start + self.seg_size
             if offset + len(data) > seg_end:
@@ -480,7 +496,7 @@ class CommitLog:
                 return self.wrote
             seg = self._segment_at_wrote()  # SegmentUnavailableError: nothing appended
             try:
-                self._push(seg, offset, data, end)
+                self._push(seg, place, data, end - offset + place)
             except OSError as exc:
                 if self.failed is None:
                     self._fail(exc, "append")
@@ -508,10 +524,13 @@ class CommitLog:
                 starts = self._p_start[first:n]
                 ends = self._p_end[first:n]
                 datas = self._p_data[first:n]
+                self.flush_target = target
             if self._unsynced:
                 self._sync_planted_lag()
             if first == n:
                 return self.flushed
+            if self._checkpoint_first:
+                self._planted_checkpoint_first(last_ts, target)
             self.failpoints.hit("flush_before_write")
             try:
                 touched: dict[int, Segment] = {}
@@ -587,6 +606,17 @@ class CommitLog:
                 with contextlib.suppress(OSError):
                     self.checkpoint.update(last_ts, target)
             return target
+
+    def _planted_checkpoint_first(self, last_ts: int, target: int) -> None:
+        """PLANTED FAULT (--emulate planted-checkpoint-before-flush), not
+        RocketMQ's: the checkpoint names `target` as flushed, durably, before
+        the bytes up to it are written and fsynced (the fixed flush updates it
+        after the fsync, checkpoint.py: it "only ever holds ... a record that
+        was already fsynced"). A crash in between leaves a checkpoint that
+        vouches for bytes the disk never got."""
+        with contextlib.suppress(OSError):
+            self.checkpoint.update(last_ts, target)
+            self.checkpoint.sync()
 
     def _sync_planted_lag(self) -> None:
         """The planted fault's late fsync (flush lock held): what earlier

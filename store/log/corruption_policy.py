@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from store.config import CorruptionPolicy, StoreConfig
+from store.emulate import PLANTED_RECOVERY_SKIPS_CRC
 from store.failpoints import DISARMED, Failpoints
 from store.log.checkpoint import Checkpoint, lower_checkpoint
 from store.log.opening import StoreOpenError
@@ -50,7 +51,8 @@ MAX_REPAIRS = 64
 
 
 def _plan(starts: list[int], segments: list[Segment], seg_size: int, *, abnormal: bool,
-          checkpoint: Checkpoint | None, checkpoint_problem: str | None) -> RecoveryPlan:
+          checkpoint: Checkpoint | None, checkpoint_problem: str | None,
+          check_crc: bool = True) -> RecoveryPlan:
     """plan_recovery over the segments' files, mapped read-only."""
     maps: dict[int, mmap.mmap] = {}
 
@@ -64,7 +66,8 @@ def _plan(starts: list[int], segments: list[Segment], seg_size: int, *, abnormal
 
     try:
         return plan_recovery(starts, read, seg_size=seg_size, abnormal=abnormal,
-                             checkpoint=checkpoint, checkpoint_problem=checkpoint_problem)
+                             checkpoint=checkpoint, checkpoint_problem=checkpoint_problem,
+                             check_crc=check_crc)
     finally:
         for m in maps.values():
             with contextlib.suppress(BufferError):
@@ -101,7 +104,8 @@ def recover(
     repaired: list[tuple[int, int]] = []
     for _ in range(MAX_REPAIRS + 1):
         plan = _plan(starts, segments, seg_size, abnormal=abnormal, checkpoint=checkpoint,
-                     checkpoint_problem=checkpoint_problem)
+                     checkpoint_problem=checkpoint_problem,
+                     check_crc=PLANTED_RECOVERY_SKIPS_CRC not in config.emulate)
         damage = plan.damage
         if damage is None or damage.kind is DamageKind.TAIL:
             fields: dict[str, Any] = {}

@@ -112,6 +112,20 @@ def _all_zero(buf: Buffer, pos: int) -> bool:
     return True
 
 
+def _verify_but_crc(buf: Buffer, pos: int, offset: int) -> tuple[int, int]:
+    """record.verify, except that a body CRC mismatch passes (the planted
+    fault --emulate planted-recovery-skips-crc; no fixed path calls it)."""
+    try:
+        return verify(buf, pos, offset)
+    except CorruptRecordError as exc:
+        if exc.reason != "crc":
+            raise
+        size, _, _, _, sys_flag, ts, _ = _FAST.unpack_from(buf, pos)
+        if sys_flag & _V6_FLAGS:  # its timestamp is elsewhere; not worth a planted path
+            raise
+        return size, ts
+
+
 def scan_segment(
     buf: Buffer,
     seg_start: int,
@@ -119,21 +133,25 @@ def scan_segment(
     *,
     seg_size: int | None = None,
     check_trailing: bool = False,
+    check_crc: bool = True,
 ) -> SegmentScan:
     """Scan one segment's bytes from `from_offset` (an absolute offset).
     `seg_size` is the segment's nominal size when `buf` is shorter (a file
-    cut short); a blank must reach exactly to the nominal end."""
+    cut short); a blank must reach exactly to the nominal end. `check_crc`
+    False is the planted fault --emulate planted-recovery-skips-crc
+    (store/emulate.py): a record whose only fault is its body CRC is kept."""
     view = memoryview(buf)
     limit = len(view)
     nominal = seg_size if seg_size is not None else limit
     pos = from_offset - seg_start
     records = 0
     last_ts: int | None = None
-    _verify = verify
     fast = _FAST.unpack_from
     prefix = _PREFIX.unpack_from
     crc32 = zlib.crc32
-    scan = native_codec.scan
+    # The native scan checks the CRC; without the check, the loop below.
+    scan = native_codec.scan if check_crc else None
+    _verify = verify if check_crc else _verify_but_crc
     try:
         while True:
             if scan is not None:
@@ -162,7 +180,7 @@ def scan_segment(
                         and phys == seg_start + pos
                         and body_len >= 0
                         and e + 3 <= end
-                        and crc32(view[b:e]) & 0x7FFFFFFF == crc
+                        and (not check_crc or crc32(view[b:e]) & 0x7FFFFFFF == crc)
                     ):
                         pa = e + 1 + view[e]
                         # view[pa] < 0x80: PROPERTIES length is a signed short.
@@ -318,9 +336,11 @@ def plan_recovery(
     abnormal: bool,
     checkpoint: Checkpoint | None,
     checkpoint_problem: str | None = None,
+    check_crc: bool = True,
 ) -> RecoveryPlan:
     """Decide what is valid. `starts` are the segments' start offsets, sorted;
-    `read(start)` gives a segment's bytes."""
+    `read(start)` gives a segment's bytes. `check_crc` False: the planted
+    fault --emulate planted-recovery-skips-crc (scan_segment)."""
     notes: list[str] = []
     if not starts:
         return RecoveryPlan(abnormal, None, 0, 0, None, None, None, None, [], notes)
@@ -336,7 +356,8 @@ def plan_recovery(
     scan: SegmentScan | None = None
     i = first
     for i in range(first, len(starts)):
-        scan = scan_segment(read(starts[i]), starts[i], starts[i], seg_size=seg_size)
+        scan = scan_segment(read(starts[i]), starts[i], starts[i], seg_size=seg_size,
+                            check_crc=check_crc)
         total += scan.records
         if scan.last_store_timestamp_ms is not None:
             last_ts = scan.last_store_timestamp_ms
