@@ -234,8 +234,12 @@ class MessageStore(ConsumeSide, FlushServices):
                                          f"{corruption['corruption_action']}")
             report = dataclasses.replace(report, **corruption)
             disk.write_file(abort_path, str(os.getpid()).encode())
-            disk.fsync_dir(path)
             cpf = CheckpointFile(disk, os.path.join(path, "checkpoint"))
+            # Both entries durable before any flush relies on them: a new
+            # checkpoint's entry lost in a crash of the store's first life
+            # would take the flushed end with it, the position recovery
+            # tells a torn tail from damaged flushed data by (docs/design.md).
+            disk.fsync_dir(path)
             if checkpoint:
                 cpf.last_ms = checkpoint.physic_ms
                 cpf.logics_ms = checkpoint.logics_ms

@@ -451,3 +451,26 @@ def test_each_fault_is_stamped_with_the_simulated_time() -> None:
     with pytest.raises(OSError):
         f.fsync()
     assert [(x["fault"], x["at_ms"]) for x in disk.faults] == [("fsync-eio", 7_500)]
+
+
+def test_a_new_stores_checkpoint_survives_a_crash_of_its_first_life() -> None:
+    """The checkpoint's directory entry is made durable when the store
+    creates it: after a crash in the store's first life, recovery reads the
+    flushed end it recorded instead of finding no checkpoint (which would
+    leave it unable to tell a torn tail from damaged flushed data)."""
+    disk = MemoryDisk(random.Random(5))
+    s = _open(disk, ROOT, PROCESS)
+    _append(s, 0, 50)
+    flushed = s.log.flush()
+    s.log.checkpoint.sync()
+    after = disk.crash()
+    assert after.exists(os.path.join(ROOT, "checkpoint"))
+    records, report = _records(after, ROOT, PROCESS)
+    assert len(records) == 50 and report.abnormal
+    assert not any("checkpoint" in p and "missing" in p for p in report.problems), \
+        report.problems
+    s2 = _open(after, ROOT, PROCESS)
+    try:
+        assert s2.log.checkpoint.flushed_end >= flushed
+    finally:
+        s2.close_sync()
