@@ -20,7 +20,7 @@ its read-back) decides:
   the same run decides the same way every time.
 
 What it decided is added to params.json: `keep_stores` (the setting),
-`stores_kept` and `stores_kept_why` (docs/results.md). A kept store's
+`stores_kept` and `stores_kept_why` (README, "Kept stores"). A kept store's
 segments are rewritten with holes past their data (chaos/harness/sparse.py).
 """
 

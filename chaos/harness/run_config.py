@@ -42,7 +42,7 @@ class SimDiskFaults(enum.StrEnum):
 
 class KeepStores(enum.StrEnum):
     """Which runs keep their nodes' stores (RUN/cluster/) after the read-back
-    (chaos/check/keep_decision.py decides; docs/results.md)."""
+    (chaos/check/keep_decision.py decides; README, "Kept stores")."""
 
     ALL = "all"
     FINDINGS = "findings"  # runs that found something, and a seeded 1 in 10 of the others

@@ -5,7 +5,7 @@ A segment is created at its full size (store/log/segments.py: preallocated,
 zeros written ahead of the data), and a run's store is mostly those zeros.
 A file written up to the end of its data and then extended to its size
 (truncate) reads the same bytes, the zeros past the data as a hole that
-holds no blocks (docs/results.md, "Kept stores"). Only zeros past the last
+holds no blocks (README, "Kept stores"). Only zeros past the last
 non-zero byte become a hole: what precedes them is written as it is.
 
 Used where a store is written for keeping: the sim's export of a node's
