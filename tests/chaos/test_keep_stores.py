@@ -23,10 +23,13 @@ from support.cli_helpers import dlab
 from support.store_helpers import fill
 
 from chaos.check.keep_decision import SAMPLE_ONE_IN, decide, divergence, sampled
+from chaos.check.kept_stores import first_difference
 from chaos.check.summary import run_outcome
 from chaos.harness import scenarios, sparse
 from chaos.harness.readback import read_back
 from chaos.harness.run_config import KeepStores, RunConfig
+from chaos.harness.workload import WorkloadConfig
+from chaos.matrix.launch import make_run
 from store.config import TESTING
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
@@ -171,6 +174,28 @@ def test_a_real_store_s_preallocated_segments_are_rewritten_sparse(tmp_path: Pat
     assert sum(p.stat().st_blocks * 512 for p in segments) < seg // 4
     assert sparse.sparsify_store(str(data)) == 0  # nothing left to free
     assert not list((data / "commitlog").glob("*.sparse"))
+
+
+def test_a_local_run_keeps_its_nodes_segments_sparse(tmp_path: Path) -> None:
+    """Real node processes preallocate their segments; the kept copies hold
+    blocks for their data only, and read back as the run's read-back."""
+    cfg = RunConfig(scenario=scenarios.get("clean-restart"), role="SYNC_MASTER",  # type: ignore[arg-type]
+                    flush="ASYNC_FLUSH", seed=4, out_dir=str(tmp_path),  # type: ignore[arg-type]
+                    keep_stores=KeepStores.ALL,
+                    workload=WorkloadConfig(producers=2, body_min_bytes=256,
+                                            body_max_bytes=1024))
+    run_dir = Path(make_run(cfg).execute())
+    assert _params(run_dir)["stores_kept"] is True
+    for node in ("master", "slave1"):
+        data = run_dir / "cluster" / "nodes" / node / "data"
+        segments = sorted((data / "commitlog").iterdir())
+        assert segments
+        for seg in segments:
+            assert seg.stat().st_size == cfg.segment_size_bytes
+            assert seg.stat().st_blocks * 512 <= sparse.file_data_end(str(seg)) + 64 * 1024
+        recorded = [json.loads(x) for x in
+                    (run_dir / "nodes" / node / "records.jsonl").read_text().splitlines()]
+        assert recorded and first_difference(recorded, read_back(str(data)).records) is None
 
 
 def test_a_kept_sim_store_is_sparse(default_runs: tuple[Path, Path, Path]) -> None:
