@@ -423,7 +423,7 @@ def stores_line(verdicts: pd.DataFrame) -> str:
         named = ", ".join(ids[:STORES_NAMED])
         more = f" and {len(ids) - STORES_NAMED:,} more" if len(ids) > STORES_NAMED else ""
         parts.append(f"{_plural(len(ids), 'run')} {what}: {named}{more}")
-    return "Stores: " + "; ".join(parts) + "."
+    return "Stores: " + ("; ".join(parts) or "no runs") + "."
 
 
 def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
