@@ -11,8 +11,11 @@
       nodes/NAME/final.json       NAME's final positions, FINAL fields
       nodes/NAME/node.log         the node's log (free text, not parsed)
       cluster/nodes/NAME/data/    NAME's store as the run left it, when the run
-                                  keeps it: `dlab report` reads it again and
-                                  judges from it (chaos/check/kept_stores.py)
+                                  keeps it (--keep-stores; params.json
+                                  stores_kept and stores_kept_why say whether
+                                  and why: chaos/check/keep_decision.py): `dlab
+                                  report` reads it again and judges from it
+                                  (chaos/check/kept_stores.py)
     and, only for scenarios that consume while producing (absent otherwise;
     a run without them is read as a run without a consumer):
       consumed.jsonl              one row per message the consumer was handed,

@@ -35,9 +35,9 @@ from typing import Any
 
 from chaos.check.rates import rate_cell, wilson_interval
 from chaos.harness import scenarios
-from chaos.harness.run_config import FLUSHES, ROLES, RunConfig
+from chaos.harness.run_config import FLUSHES, ROLES, KeepStores, RunConfig
 from chaos.matrix.grid import MatrixConfig
-from chaos.matrix.launch import results_dir, scenario_list
+from chaos.matrix.launch import keep_stores_option, results_dir, scenario_list
 from chaos.matrix.sweep import SweepRun, run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from store.tools.cli_args import positive_float, positive_int
@@ -150,7 +150,8 @@ def print_comparison(cmp: dict[str, Any]) -> None:
 
 
 def _configs(args: argparse.Namespace, backend: str, runs: int) -> list[RunConfig]:
-    template: dict[str, Any] = {"backend": backend, "sim_duration_s": args.sim_duration}
+    template: dict[str, Any] = {"backend": backend, "sim_duration_s": args.sim_duration,
+                                "keep_stores": KeepStores(args.keep_stores)}
     matrix = MatrixConfig(out_dir=os.path.join(args.out, backend), scenarios=args.scenarios,
                           runs=runs, base_seed=args.seed, template=template)
     return [replace(c, out_dir=os.path.abspath(c.out_dir)) for c in matrix.run_configs()]
@@ -267,4 +268,5 @@ def register(csub: Any) -> None:
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the sim sweep and the report (default local[*])")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
+    keep_stores_option(p)
     p.set_defaults(handler=cmd_compare_backends)

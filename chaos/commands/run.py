@@ -21,12 +21,13 @@ from chaos.harness.run_config import (
     FLUSHES,
     ROLES,
     Backend,
+    KeepStores,
     RunConfig,
     SimDiskFaults,
 )
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.grid import MatrixConfig, MatrixOutcome
-from chaos.matrix.launch import make_run, results_dir, scenario_list
+from chaos.matrix.launch import keep_stores_option, make_run, results_dir, scenario_list
 from chaos.matrix.sweep import run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from cluster.backends.image import CheckedImages
@@ -70,6 +71,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="every node re-introduces this known RocketMQ bug (repeatable; "
                         "see `dlab chaos bugs`; default: none)")
+    keep_stores_option(p)
 
 
 def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,6 +84,7 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "corruption_policy": CorruptionPolicy(args.corruption_policy), "slaves": args.slaves,
         "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
         "sim_disk_faults": SimDiskFaults(args.sim_disk_faults),
+        "keep_stores": KeepStores(args.keep_stores),
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }

@@ -40,12 +40,22 @@ class SimDiskFaults(enum.StrEnum):
     DRAWN = "drawn"  # also fsync EIO and latent read corruption, rates drawn per seed
 
 
+class KeepStores(enum.StrEnum):
+    """Which runs keep their nodes' stores (RUN/cluster/) after the read-back
+    (chaos/check/keep_decision.py decides; README, "Kept stores")."""
+
+    ALL = "all"
+    FINDINGS = "findings"  # runs that found something, and a seeded 1 in 10 of the others
+    NONE = "none"
+
+
 # The roles a run's master may have (a slave is never the master's role).
 MASTER_ROLES = (Role.SYNC_MASTER, Role.ASYNC_MASTER)
 ROLES = tuple(r.value for r in MASTER_ROLES)
 FLUSHES = tuple(f.value for f in FlushMode)
 CORRUPTION_POLICIES = tuple(p.value for p in CorruptionPolicy)
 SIM_DISK_FAULTS = tuple(d.value for d in SimDiskFaults)
+KEEP_STORES = tuple(k.value for k in KeepStores)
 
 # RunConfig field -> the enum its value must name, with the words an error uses.
 _ENUM_FIELDS: dict[str, tuple[type[enum.StrEnum], str]] = {
@@ -55,6 +65,7 @@ _ENUM_FIELDS: dict[str, tuple[type[enum.StrEnum], str]] = {
     "ha_ship_limit": (ShipLimit, "HA ship limit"),
     "corruption_policy": (CorruptionPolicy, "corruption policy"),
     "sim_disk_faults": (SimDiskFaults, "sim disk faults"),
+    "keep_stores": (KeepStores, "keep-stores setting"),
 }
 
 
@@ -87,6 +98,11 @@ class RunConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     settle_timeout_s: float = 5.0
     keep_cluster_dir: bool = True
+    # Which runs keep their stores once read back, decided after the run by
+    # what it found (chaos/check/keep_decision.py). `all` here: a config
+    # without it (an older params.json replayed) keeps them, as runs did;
+    # the commands default to `findings`.
+    keep_stores: KeepStores = KeepStores.ALL
     # Extra `dlab node` options for the master (recorded in params.json), for
     # runs that must hold a timing window open, e.g. a lazy flusher so that a
     # crash surely finds acknowledged bytes unflushed.

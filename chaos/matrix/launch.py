@@ -9,9 +9,10 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from chaos.check import keep_decision
 from chaos.harness import scenarios
 from chaos.harness.run_base import ChaosRun
-from chaos.harness.run_config import Backend, RunConfig
+from chaos.harness.run_config import KEEP_STORES, Backend, KeepStores, RunConfig
 from store.tools.cli_args import UserError
 
 if TYPE_CHECKING:
@@ -26,6 +27,17 @@ def scenario_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown scenario(s) {', '.join(unknown)}; see `dlab chaos scenarios`")
     return names
+
+
+def keep_stores_option(p: argparse.ArgumentParser) -> None:
+    """--keep-stores, on every command that starts runs for a report
+    (chaos/check/keep_decision.py decides per run)."""
+    p.add_argument("--keep-stores", choices=KEEP_STORES, default="findings",
+                   help="which runs keep their nodes' stores once read back: findings "
+                   "(default: a run that lost an acknowledged message, broke a promise, left "
+                   "a slave ahead or diverging, damage, or a node refusing to start, and a "
+                   "seeded 1 in 10 of the others), all, or none (the read-back only); "
+                   "params.json says what each run kept and why")
 
 
 def results_dir(path: str, option: str = "--out") -> None:
@@ -49,12 +61,34 @@ def make_run(cfg: RunConfig, log: Callable[[str], None] | None = None, *,
     processes or compose containers, chaos/sim/run.py's SimRun on the sim).
     `images`: the node images the command has already brought up to date
     (compose; shared by the runs of one command)."""
+    run: ChaosRun
     if cfg.backend is Backend.SIM:
         from chaos.sim.run import SimRun
 
-        return SimRun(cfg, log=log or (lambda s: None))
-    from chaos.harness.connect import backend_factory, sender_factory, status_of
-    from chaos.harness.runner import Run
+        run = SimRun(cfg, log=log or (lambda s: None))
+    else:
+        from chaos.harness.connect import backend_factory, sender_factory, status_of
+        from chaos.harness.runner import Run
 
-    return Run(cfg, backend_factory=backend_factory(images), sender_factory=sender_factory,
-               status=status_of, log=log or (lambda s: None))
+        run = Run(cfg, backend_factory=backend_factory(images), sender_factory=sender_factory,
+                  status=status_of, log=log or (lambda s: None))
+    return KeepingStores(run, cfg.keep_stores)
+
+
+class KeepingStores:
+    """A run that, once finished, keeps its stores or drops them as
+    --keep-stores says (chaos/check/keep_decision.py). A run that fails
+    decides nothing: whatever it left stays."""
+
+    def __init__(self, run: ChaosRun, keep: KeepStores) -> None:
+        self.run = run
+        self.keep = keep
+
+    @property
+    def run_dir(self) -> str:
+        return self.run.run_dir
+
+    def execute(self) -> str:
+        run_dir = self.run.execute()
+        keep_decision.apply(run_dir, self.keep)
+        return run_dir

@@ -426,6 +426,30 @@ READING = [
 ]
 
 
+# A report over a big matrix names this many runs per kind of store, then counts.
+STORES_NAMED = 30
+
+
+def stores_line(verdicts: pd.DataFrame) -> str:
+    """Which runs were judged from the stores they kept, read again, and
+    which from their read-back only (a run that kept none: --keep-stores,
+    chaos/check/keep_decision.py; verdicts.csv judged_from and
+    stores_kept_why say it per run)."""
+    parts = []
+    for judged, what in (("kept stores", "judged from the stores they kept, read again"),
+                         ("kept stores and read-back",
+                          "judged from the stores some of their nodes kept and the others' "
+                          "read-back"),
+                         ("read-back", "judged from their read-back only (stores not kept)")):
+        ids = [str(r) for r in verdicts.loc[verdicts["judged_from"] == judged, "run_id"]]
+        if not ids:
+            continue
+        named = ", ".join(ids[:STORES_NAMED])
+        more = f" and {len(ids) - STORES_NAMED:,} more" if len(ids) > STORES_NAMED else ""
+        parts.append(f"{_plural(len(ids), 'run')} {what}: {named}{more}")
+    return "Stores: " + ("; ".join(parts) or "no runs") + "."
+
+
 def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
               plots: list[tuple[str, str]], lost_plots: list[tuple[str, str, str]]
               ) -> list[Block]:
@@ -476,7 +500,7 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
         for run_id, rel, page in lost_plots:
             blocks += [("h3", run_id), ("link", (f"the page of {run_id}", page)),
                        ("img", (f"timeline of {run_id}", rel))]
-    blocks += [("h2", "Runs"), ("table", runs_table(verdicts))]
+    blocks += [("h2", "Runs"), ("table", runs_table(verdicts)), ("p", stores_line(verdicts))]
     disk = [(r, node, off, "damaged on disk at") for r in verdicts.itertuples()
             for node, off in json.loads(r.disk_damage_by_node).items()]
     disk += [(r, node, off, "kept store differs from the run's read-back from")

@@ -293,7 +293,9 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
                                             key=lambda kv: -kv[1])) or "none"),
         ("slave ahead", f"at the master's restart {v['slave_ahead_at_restart_bytes']:,} bytes, "
                         f"at the end {v['slave_ahead_at_end_bytes']:,} bytes"),
-        ("judged from", v["judged_from"]),
+        ("judged from", v["judged_from"] + (
+            f" (stores: {v['stores_kept_why']})"
+            if isinstance(v.get("stores_kept_why"), str) else "")),
     ]
     out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{e(run.run_id)}</title><style>",

@@ -151,6 +151,9 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "judged_from": ("kept stores" if all(n.store_dir for n in run.nodes)
                             else "read-back" if not any(n.store_dir for n in run.nodes)
                             else "kept stores and read-back"),
+            # Why the run kept its stores or not (--keep-stores,
+            # chaos/check/keep_decision.py); null for runs from before it.
+            "stores_kept_why": p.get("stores_kept_why"),
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
             "put_ok_p50_us": p50, "put_ok_p99_us": p99,

@@ -36,6 +36,7 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chaos.harness import sparse
 from chaos.harness.workload import SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
@@ -388,13 +389,9 @@ class SimCluster:
                     walk(path, os.path.join(out, entry))
                 elif entry != "lock":
                     data = b"" if entry == "abort" else disk.durable_bytes(path)
-                    # A preallocated segment is mostly zeros: write what
-                    # precedes them and extend the file (reads the same).
-                    written = data.rstrip(b"\0")
-                    with open(os.path.join(out, entry), "wb") as f:
-                        f.write(written)
-                        if len(written) < len(data):
-                            f.truncate(len(data))
+                    # A preallocated segment is mostly zeros: written with
+                    # a hole past its data (reads the same, costs its data).
+                    sparse.write_sparse(os.path.join(out, entry), data)
 
         if disk.isdir(DATA_DIR):
             walk(DATA_DIR, dest)
