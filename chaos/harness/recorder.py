@@ -7,7 +7,7 @@ The recorder keeps no clock: every time it records is given to it (wall
 milliseconds on a real backend, simulated ones on the sim), so the same
 calls give the same bytes.
 
-Files (docs/results.md): params.json, history.jsonl, faults.jsonl,
+Files (chaos/schema.py declares each): params.json, history.jsonl, faults.jsonl,
 observations.jsonl, consumed.jsonl/committed.jsonl/consumer.json when a
 consumer ran, and nodes/NAME/{records.jsonl,final.json,node.log}.
 """
