@@ -24,6 +24,10 @@ backends take them the same way:
   counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
   before the fsync, which runs at the next flush. The `power` crash model
   must catch it on every backend (docs/known-bugs.md).
+- planted-ack-before-flush  cluster/node/put_answer.py PutAnswer: a master
+  answers SYNC_FLUSH puts PUT_OK without waiting for the flush to cover
+  them. A run without a crash loses nothing; the evidence each PUT_OK
+  carries shows it (chaos/check/evidence.py, docs/design.md "Evidence").
 
 This module is the one list of ids the lower layers (store, ha) accept;
 it holds no behaviour.
@@ -40,6 +44,7 @@ RMQ_3015 = "rmq-3015"
 RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
+PLANTED_ACK_BEFORE_FLUSH = "planted-ack-before-flush"
 
 # id -> what the switch re-introduces (one line; chaos/commands/bugs.py has the rest).
 RMQ_BUGS: dict[str, str] = {
@@ -58,6 +63,8 @@ RMQ_BUGS: dict[str, str] = {
 PLANTED: dict[str, str] = {
     PLANTED_ACK_BEFORE_FSYNC: "planted fault, not a RocketMQ bug: a flush counts its bytes "
                               "flushed (SYNC_FLUSH acks them) before their fsync",
+    PLANTED_ACK_BEFORE_FLUSH: "planted fault, not a RocketMQ bug: a master answers SYNC_FLUSH "
+                              "puts PUT_OK without waiting for their flush",
 }
 # Every id --emulate accepts.
 SWITCHES: dict[str, str] = {**RMQ_BUGS, **PLANTED}
