@@ -77,3 +77,20 @@ def test_sync_master_put_oks_name_the_slave_that_covered_them(
         assert ev["by"] in slaves, h  # type: ignore[index]
         ack = next(a for a in ev["acks"] if a["slave"] == ev["by"])  # type: ignore[index]
         assert ack["acked"] >= h["offset"] + h["size"], h  # type: ignore[operator]
+
+
+def test_the_report_counts_the_breach_as_a_violation(tmp_path: Path) -> None:
+    """The report (chaos/report/pipeline.py) applies the same rule: the
+    planted run is a violation with its breaches named, the fixed one is
+    not."""
+    from chaos.report.pipeline import build_report
+
+    planted = _run(tmp_path, "sim", "ASYNC_MASTER", (PLANTED_ACK_BEFORE_FLUSH,))
+    fixed = _run(tmp_path, "sim", "ASYNC_MASTER", ())
+    report = build_report([planted, fixed], str(tmp_path / "report"))
+    v = report.verdicts.set_index("run_dir")
+    assert v.loc[planted, "promise_violations"] == 0
+    assert v.loc[planted, "evidence_breaches"] > 0
+    assert v.loc[planted, "verdict"] == "violation"
+    assert "flush" in v.loc[planted, "first_evidence_breaches"]
+    assert v.loc[fixed, "evidence_breaches"] == 0 and v.loc[fixed, "verdict"] == "ok"
