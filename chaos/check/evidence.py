@@ -86,7 +86,8 @@ def _replica_problem(ev: Mapping[str, Any], end: int, wrote: int,
                 f"(best slave ack {best})")
     ack = acks.get(by)
     if ack is None or by not in nodes:
-        return f"PUT_OK credited to slave {by!r}, which is not a connected slave of the run"
+        return (f"PUT_OK credited to slave {by!r}, which is no slave node of the run or "
+                "has no ack recorded")
     acked, shipped = int(ack["acked"]), int(ack["shipped"])
     if acked < end:
         return f"PUT_OK credited to {by}, whose ack {acked} < message end {end}"
