@@ -86,6 +86,10 @@ HISTORY: dict[str, tuple[str, bool, str]] = {
     "size": ("int", True, "record size the node reported, null if none"),
     "node": ("str", False, "node the call went to"),
     "detail": ("str", True, "error text for failures"),
+    "evidence": ("dict", True, "PUT_OK only: the positions the node answered on, "
+                               "{wrote, flushed, acks: [{slave, acked, shipped}], by} "
+                               "(store/status.py Evidence); null otherwise, absent in "
+                               "results written before it"),
 }
 
 FAULTS: dict[str, tuple[str, bool, str]] = {
@@ -125,7 +129,7 @@ RECORDS: dict[str, tuple[str, bool, str]] = {
 
 # Fields added after SCHEMA_VERSION 1 was written: a row may lack them (older
 # results still read) and is then read as if they were null.
-OPTIONAL_FIELDS = frozenset({"record_hash", "invoke_us", "complete_us"})
+OPTIONAL_FIELDS = frozenset({"record_hash", "invoke_us", "complete_us", "evidence"})
 
 FINAL: dict[str, tuple[str, bool, str]] = {
     "name": ("str", False, "node name"),

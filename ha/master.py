@@ -42,7 +42,7 @@ from store.failpoints import Failpoints
 from store.log.record import CorruptRecordError
 from store.names import name_problem
 from store.seams.clock import Clock
-from store.status import PutStatus
+from store.status import PutStatus, SlaveAck
 from store.store import MessageStore
 
 log = logging.getLogger("dlab.ha.master")
@@ -133,6 +133,19 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             # counts the established streams' own acks only.
             best = max(best, self._push2slave_max)
         return best
+
+    def acks(self) -> list[SlaveAck]:
+        """Each established stream's acked and shipped positions, by slave
+        name: the evidence a SYNC_MASTER answer records (ha/evidence.py).
+        Only the streams' own reports: under --emulate rmq-3349/rmq-3015
+        best_acked may count more than any of these shows."""
+        out = []
+        for name, s in self._streams.items():
+            if s.session.established and s.close is None:
+                acked, shipped = s.session.acked, s.session.shipped
+                assert acked is not None and shipped is not None
+                out.append(SlaveAck(name, acked, shipped))
+        return out
 
     def slave_ok(self, end: int) -> bool:
         """RocketMQ's HAService.isSlaveOK: a slave is connected and the best

@@ -75,20 +75,44 @@ class SendRequest(_message.Message):
     def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("status", "offset", "size", "msg_id", "store_timestamp_ms", "detail")
+    __slots__ = ("status", "offset", "size", "msg_id", "store_timestamp_ms", "detail", "evidence")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     MSG_ID_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     status: PutStatus
     offset: int
     size: int
     msg_id: str
     store_timestamp_ms: int
     detail: str
-    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    evidence: PutEvidence
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[PutEvidence, _Mapping]] = ...) -> None: ...
+
+class PutEvidence(_message.Message):
+    __slots__ = ("wrote", "flushed", "acks", "by")
+    WROTE_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    wrote: int
+    flushed: int
+    acks: _containers.RepeatedCompositeFieldContainer[SlaveAckPosition]
+    by: str
+    def __init__(self, wrote: _Optional[int] = ..., flushed: _Optional[int] = ..., acks: _Optional[_Iterable[_Union[SlaveAckPosition, _Mapping]]] = ..., by: _Optional[str] = ...) -> None: ...
+
+class SlaveAckPosition(_message.Message):
+    __slots__ = ("slave", "acked", "shipped")
+    SLAVE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    slave: str
+    acked: int
+    shipped: int
+    def __init__(self, slave: _Optional[str] = ..., acked: _Optional[int] = ..., shipped: _Optional[int] = ...) -> None: ...
 
 class SendStreamRequest(_message.Message):
     __slots__ = ("opaque", "message", "more")

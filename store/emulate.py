@@ -45,6 +45,10 @@ backends take them the same way:
   put waits for a slave ack covering the put's start (the log's end before
   the put, which the slave acked earlier) instead of its end, so the put is
   answered PUT_OK from a stale ack, before any slave holds it.
+- planted-ack-before-flush  cluster/node/put_answer.py PutAnswer: a master
+  answers SYNC_FLUSH puts PUT_OK without waiting for the flush to cover
+  them. A run without a crash loses nothing; the evidence each PUT_OK
+  carries shows it (chaos/check/evidence.py, docs/design.md "Evidence").
 
 This module is the one list of ids the lower layers (store, ha) accept;
 it holds no behaviour.
@@ -66,6 +70,7 @@ PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
 PLANTED_RECOVERY_SKIPS_CRC = "planted-recovery-skips-crc"
 PLANTED_SLAVE_WRONG_OFFSET = "planted-slave-wrong-offset"
 PLANTED_STALE_ACK = "planted-stale-ack"
+PLANTED_ACK_BEFORE_FLUSH = "planted-ack-before-flush"
 
 # id -> what the switch re-introduces (one line; chaos/commands/bugs.py has the rest).
 RMQ_BUGS: dict[str, str] = {
@@ -94,6 +99,8 @@ PLANTED: dict[str, str] = {
                                 "at its end at its end anyway",
     PLANTED_STALE_ACK: "planted fault: a SYNC_MASTER put is answered from an ack that covers "
                        "its start, not its end",
+    PLANTED_ACK_BEFORE_FLUSH: "planted fault, not a RocketMQ bug: a master answers SYNC_FLUSH "
+                              "puts PUT_OK without waiting for their flush",
 }
 # Every id --emulate accepts.
 SWITCHES: dict[str, str] = {**RMQ_BUGS, **PLANTED}

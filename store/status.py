@@ -51,8 +51,37 @@ def worse(a: PutStatus, b: PutStatus) -> PutStatus:
     return a if SEVERITY.get(a, 9) >= SEVERITY.get(b, 9) else b
 
 
+class SlaveAck(NamedTuple):
+    """One slave's positions as its master held them when it answered a put."""
+
+    slave: str  # the name its stream's first report gave
+    acked: int  # its last accepted report (its max offset)
+    shipped: int  # where the master's next range to it starts
+
+
+class Evidence(NamedTuple):
+    """The positions a node answered a put PUT_OK on (docs/design.md,
+    "Evidence"): what the answer relied on, recorded when it was made, so
+    a checker can verify the answer, not only the losses
+    (chaos/check/evidence.py)."""
+
+    wrote: int  # the node's wrote position
+    flushed: int  # its flushed position
+    acks: tuple[SlaveAck, ...] = ()  # each connected slave's (SYNC_MASTER only)
+    by: str = ""  # the slave whose ack covered the put; "" when none did
+
+    def as_json(self) -> dict[str, object]:
+        """The history's `evidence` field (chaos/schema.py HISTORY)."""
+        return {"wrote": self.wrote, "flushed": self.flushed, "by": self.by,
+                "acks": [a._asdict() for a in self.acks]}
+
+
 class PutResult(NamedTuple):
-    """One put's outcome (a NamedTuple: built once per put, on the hot path)."""
+    """One put's outcome (a NamedTuple: built once per put, on the hot path).
+
+    A node's answered PUT_OK is an AnsweredPut, which also carries its
+    Evidence. That is not a field here: the native encoder builds these
+    tuples with exactly the six fields below (native/src/lib.rs)."""
 
     status: PutStatus
     offset: int = -1
@@ -64,6 +93,40 @@ class PutResult(NamedTuple):
     @property
     def end(self) -> int:
         return self.offset + self.size
+
+    @property
+    def evidence(self) -> Evidence | None:
+        """The positions a node answered this PUT_OK on (AnsweredPut)."""
+        return None
+
+
+class AnsweredPut(PutResult):
+    """A PutResult with the Evidence it was answered on, as a seventh item
+    (see PutResult). A result derived from it (`_replace`) is a plain
+    PutResult: evidence is of the answer it was given with."""
+
+    __slots__ = ()
+
+    def __new__(cls, result: PutResult, evidence: Evidence) -> AnsweredPut:
+        return tuple.__new__(cls, (*result[:6], evidence))
+
+    def __getnewargs__(self) -> tuple[PutResult, Evidence]:
+        return self.plain(), self.evidence
+
+    @property
+    def evidence(self) -> Evidence:
+        ev = tuple.__getitem__(self, 6)
+        assert isinstance(ev, Evidence)
+        return ev
+
+    def plain(self) -> PutResult:
+        return PutResult(*self[:6])
+
+    def _replace(self, /, **changes: object) -> PutResult:  # type: ignore[override]
+        return self.plain()._replace(**changes)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"{self.plain()!r}[evidence={self.evidence!r}]"
 
 
 class GetMessageStatus(enum.StrEnum):

@@ -7,7 +7,9 @@ mode's promises, as the report's Spark job judges it (chaos/report/pipeline.py:
 ignored slaves, void times and stranded are the same definitions), but
 from the run's own read-back only: `dlab report` reads the kept stores
 again and is the verdict of record. Counts are per acknowledgement (a
-message acknowledged twice counts twice), as in the report's verdicts."""
+message acknowledged twice counts twice), as in the report's verdicts.
+Every PUT_OK's evidence is verified too (chaos.check.evidence): a breach
+there is a broken promise even when the run lost nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check import consumption, outage, promises
+from chaos.check import consumption, evidence, outage, promises
 from chaos.check.run_dirs import RunInfo, load_run
 from chaos.schema import SchemaError, read_jsonl
 from store.status import PutStatus
@@ -42,6 +44,17 @@ class RunOutcome:
     faults: list[dict[str, Any]] = field(default_factory=list)  # kind, node, at_s, until_s
     consumer: dict[str, int | None] | None = None
     consumer_problem: str | None = None
+    # PUT_OKs whose evidence did not cover them (chaos/check/evidence.py),
+    # per rule, and the first few, each with its moment.
+    evidence_breaches: int = 0
+    evidence_rules: dict[str, int] = field(default_factory=dict)
+    evidence_first: list[str] = field(default_factory=list)
+
+    @property
+    def broke_a_promise(self) -> bool:
+        """A violation of the mode's promise, or an answer its own evidence
+        does not support."""
+        return bool(self.promise_violations or self.evidence_breaches)
 
     @property
     def failed_share(self) -> float:
@@ -116,7 +129,15 @@ def run_outcome(run_dir: str) -> RunOutcome:
         backend=run.params["backend"],
         unwritable_s=outage.availability(
             outage.fault_rows(run.faults, history, PutStatus.PUT_OK)).unwritable_s,
-        faults=_faults(run), consumer=consumer, consumer_problem=problem)
+        faults=_faults(run), consumer=consumer, consumer_problem=problem,
+        **_evidence_fields(run, history))
+
+
+def _evidence_fields(run: RunInfo, history: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    figures = evidence.run_figures(run, history)
+    return {"evidence_breaches": figures["evidence_breaches"],
+            "evidence_rules": figures["evidence_by_rule"],
+            "evidence_first": figures["first_evidence_breaches"]}
 
 
 def outcome_line(o: RunOutcome) -> str:
@@ -128,6 +149,10 @@ def outcome_line(o: RunOutcome) -> str:
              f"{o.acked_stranded} stranded",
              f"{o.promise_violations} promise violation{'' if o.promise_violations == 1 else 's'}"
              f" ({o.promises} promised)"]
+    if o.evidence_breaches:
+        rules = ", ".join(f"{n} {rule}" for rule, n in o.evidence_rules.items() if n)
+        parts.append(f"{o.evidence_breaches} PUT_OK{'' if o.evidence_breaches == 1 else 's'} "
+                     f"not covered by their evidence ({rules})")
     if o.slave_ahead_bytes:
         parts.append(f"slave {o.slave_ahead_bytes:,} bytes ahead")
     parts.append(f"{100 * o.failed_share:.1f} % of puts failed")

@@ -131,8 +131,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(faults_heading(outcome))
         print("\n".join(fault_lines(outcome.faults)) or "  none")
         print(f"outcome: {outcome_line(outcome)}")
+        if outcome.evidence_first:
+            print("PUT_OKs their evidence does not cover (first "
+                  f"{len(outcome.evidence_first)}, seconds since the run started):")
+            print("\n".join(f"  {line}" for line in outcome.evidence_first))
         print(f"results: {run_dir}")
-    return 1 if outcome.promise_violations else 0
+    return 1 if outcome.broke_a_promise else 0
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -201,7 +205,7 @@ def _matrix_end(args: argparse.Namespace, outcome: MatrixOutcome, violated: list
         report_dir = os.path.join(args.out, "report")
         report = build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master)
         # The report's verdict (from the kept stores) is the one of record.
-        n_violated = int((report.verdicts["promise_violations"] > 0).sum())
+        n_violated = int((report.verdicts["verdict"] == "violation").sum())
         print(f"report: {os.path.join(report_dir, 'report.md')} "
               f"(and report.html, comparison.csv, verdicts.csv)")
     print(f"{n_violated} run{'' if n_violated == 1 else 's'} with promise violations",
@@ -340,7 +344,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 RUN_EXIT = """exit status: 0 when the run finished and no acknowledged message broke its
-mode's promise; 1 when some did (promise violations in the outcome line);
+mode's promise; 1 when some did (promise violations in the outcome line) or
+was answered PUT_OK on evidence that did not cover it (docs/design.md);
 2 for bad input (unknown scenario, --out not a writable directory)."""
 
 MATRIX_EXIT = """exit status: 0 when every run finished and none broke a promise; 1 when

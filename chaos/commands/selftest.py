@@ -10,7 +10,9 @@ judge_run), plus whether a node refused to start.
 A run SHOWS a defect when any of SIGNALS is above zero: a broken promise
 (an acknowledged message missing where its mode promised it), a message a
 consumer got that no node holds, an acknowledged message on disk the
-drained consumer never got, or a node whose recovery refused its store.
+drained consumer never got, a node whose recovery refused its store, or a
+PUT_OK answered on evidence that did not cover it (chaos/check/evidence.py:
+a broken rule even when nothing was lost).
 What a run of the main job may show by design (allowed loss, a slave ahead,
 divergence after one) is not a signal: the baseline runs hold those too.
 
@@ -35,6 +37,7 @@ from typing import Any
 from chaos.harness import scenarios
 from store.emulate import (
     PLANTED,
+    PLANTED_ACK_BEFORE_FLUSH,
     PLANTED_ACK_BEFORE_FSYNC,
     PLANTED_CHECKPOINT_BEFORE_FLUSH,
     PLANTED_DISPATCH_BEFORE_DURABLE,
@@ -46,10 +49,11 @@ from store.tools.cli_args import UserError, positive_float, positive_int
 
 SM, AM = "SYNC_MASTER", "ASYNC_MASTER"
 SF, AF = "SYNC_FLUSH", "ASYNC_FLUSH"
-# Per-run figures that show a defect (module docstring); judge_run's and
-# `refused_starts`, the nodes whose store recovery refused.
+# Per-run figures that show a defect (module docstring); judge_run's,
+# `refused_starts` (the nodes whose store recovery refused) and
+# `evidence_breaches` (the run summary's).
 SIGNALS = ("disk_violations", "replica_violations", "delivered_then_lost",
-           "stored_never_delivered", "refused_starts")
+           "stored_never_delivered", "refused_starts", "evidence_breaches")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class Planted:
 DEFECTS: tuple[Planted, ...] = (
     Planted(PLANTED_ACK_BEFORE_FSYNC,
             "SYNC_FLUSH acknowledges bytes a crash can still take (disk promise)",
+            ((AM, SF), (SM, SF))),
+    Planted(PLANTED_ACK_BEFORE_FLUSH,
+            "SYNC_FLUSH acknowledges puts before their flush covers them (disk promise)",
             ((AM, SF), (SM, SF))),
     Planted(PLANTED_CHECKPOINT_BEFORE_FLUSH,
             "after a crash inside a flush the checkpoint vouches for bytes the disk never "
@@ -215,8 +222,11 @@ def run_signals(run_dir: str) -> dict[str, int]:
     from chaos.commands.bugs import judge_run
 
     figures = judge_run(run_dir)
-    out = {k: int(figures.get(k) or 0) for k in SIGNALS if k != "refused_starts"}
-    out["refused_starts"] = sum(f["kind"] == "refused" for f in run_outcome(run_dir).faults)
+    outcome = run_outcome(run_dir)
+    out = {k: int(figures.get(k) or 0) for k in SIGNALS
+           if k not in ("refused_starts", "evidence_breaches")}
+    out["refused_starts"] = sum(f["kind"] == "refused" for f in outcome.faults)
+    out["evidence_breaches"] = int(outcome.evidence_breaches or 0)
     return out
 
 

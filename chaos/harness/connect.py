@@ -37,7 +37,8 @@ class _Sender:
                    ) -> SendOutcome:
         out = await self._client.send(make_message(topic, body, msg_id=msg_id),
                                       timeout_s=timeout_s)
-        return SendOutcome(out.status, out.offset, out.size, out.detail or None)
+        return SendOutcome(out.status, out.offset, out.size, out.detail or None,
+                           out.evidence)
 
 
 def sender_factory(address: str, token: str) -> _Sender:

@@ -31,6 +31,8 @@ class SendOutcome(NamedTuple):
     offset: int | None
     size: int | None
     detail: str | None
+    # A PUT_OK's evidence (store/status.py Evidence.as_json), else None.
+    evidence: dict[str, Any] | None = None
 
 
 class Sender(Protocol):
@@ -133,6 +135,7 @@ class Workload:
             "invoke_ms": invoke // 1_000_000, "complete_ms": complete // 1_000_000,
             "invoke_us": invoke // 1_000, "complete_us": complete // 1_000, "status": out.status,
             "offset": out.offset, "size": out.size, "node": self.node, "detail": out.detail,
+            "evidence": out.evidence,
         })
         if out.status in (INDETERMINATE, "SERVICE_NOT_AVAILABLE", "UNKNOWN_ERROR"):
             await self._sleep(self.config.failure_backoff_s)

@@ -71,7 +71,7 @@ def judge(run_id: str, run_dir: str | None, error: str | None, wall_s: float) ->
         o = run_outcome(run_dir)
     except (ValueError, OSError) as exc:  # the report names a malformed run
         return SweepRun(run_id, run_dir, None, f"outcome unreadable ({exc})", False, wall_s)
-    return SweepRun(run_id, run_dir, None, outcome_line(o), o.promise_violations > 0, wall_s,
+    return SweepRun(run_id, run_dir, None, outcome_line(o), o.broke_a_promise, wall_s,
                     acked_lost_master=o.acked_lost_master,
                     slave_ahead_bytes=o.slave_ahead_bytes,
                     promise_violations=o.promise_violations)

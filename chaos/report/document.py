@@ -112,6 +112,12 @@ def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
                      f"({', '.join(sorted(bad['scenario'].unique()))}).")
     else:
         parts.append("No acknowledged message broke the mode's promise.")
+    breached = runs[runs["evidence_breaches"] > 0] if "evidence_breaches" in runs else runs[:0]
+    if len(breached):
+        parts.append(f"**{_plural(int(breached['evidence_breaches'].sum()), 'PUT_OK')} were "
+                     "answered on evidence that did not cover them** in "
+                     f"{_plural(len(breached), 'run')} (chaos/check/evidence.py; the runs' "
+                     "pages name them).")
     if lost_m:
         parts.append(f"{_plural(lost_m, 'acknowledged message')} went missing from the "
                      f"recovered master, {lost_e:,} from every node; {allowed:,} of the losses "

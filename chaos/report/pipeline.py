@@ -74,6 +74,9 @@ Definitions not in chaos/check/promises.py:
   Counted once per master record, however many slaves differ.
 - acked_distinct: message ids with at least one PUT_OK (`acked` counts
   PUT_OK rows: a retry acknowledged twice counts twice there).
+- evidence_breaches: PUT_OKs whose recorded evidence does not cover them
+  (chaos/check/evidence.py, in Python per run, not in Spark); a run with
+  one is a violation even when it lost nothing.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from pyspark.sql.window import Window
 from chaos.check import (
     consumption,
     divergence,
+    evidence,
     kept_stores,
     matrix_plan,
     outage,
@@ -578,8 +582,11 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
 
     progress.step(f"writing tables and report to {out_dir}")
     consume = {r.index: consumption.run_figures(r) for r in good}
+    # The evidence rule runs in Python over each run's history, as the run
+    # summary runs it (chaos/check/evidence.py): the one definition.
+    proofs = {r.index: evidence.run_figures(r) for r in good}
     verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume,
-                                     recovery=res["recovery"])
+                                     recovery=res["recovery"], evidence=proofs)
     comparison = tables.comparison_table(verdicts, res["latency"], good)
     timeline = timeline.assign(
         run_id=timeline["run"].map(lambda i: runs[i].run_id),

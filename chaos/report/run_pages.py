@@ -268,6 +268,7 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
     verdict = (f"{v['acked_lost_master']:,} acknowledged messages lost on the master, "
                f"{v['acked_lost_everywhere']:,} everywhere, {v['acked_stranded']:,} stranded, "
                f"{v['promise_violations']:,} promise violations; "
+               f"{v.get('evidence_breaches', 0):,} PUT_OKs not covered by their evidence; "
                f"{v['failed']:,} of {v['puts']:,} puts failed ({v['failed_put_share']:.1%})")
     facts = [
         ("mode", f"{run.params['role']} + {run.params['flush']}"),
@@ -319,6 +320,10 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
     else:
         out.append(f"<p>No timeline drawn: the report draws the {TIMELINE_RUNS_MAX} runs "
                    "that lost most; report this run alone to see it.</p>")
+    if v.get("first_evidence_breaches"):
+        out += ["<h2>PUT_OKs their evidence does not cover</h2>",
+                "<p>The first few (seconds since the run started; chaos/check/evidence.py):"
+                "</p>", "<pre>" + e(str(v["first_evidence_breaches"])) + "</pre>"]
     out += ["<h2>Faults</h2>", _table(
         ["#", "kind", "node", "peer", f"start {sec}", f"end {sec}", "damages disk", "detail"],
         [[str(f["fault_id"]), e(f["kind"]), e(f["node"] or "–"), e(f.get("peer") or "–"),

@@ -83,7 +83,8 @@ def _fault_rows(group: pd.DataFrame | None) -> list[outage.FaultRow]:
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
                    consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
-                   recovery: pd.DataFrame | None = None) -> pd.DataFrame:
+                   recovery: pd.DataFrame | None = None,
+                   evidence: Mapping[int, Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
     ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
@@ -91,7 +92,9 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     consume-side figures (chaos.check.consumption), None for a run without a
     consumer (its consume columns are then empty, not zero); `recovery`:
     run and chaos.check.outage.RECOVERY_COLUMNS per fault that can stop
-    writes (availability, chaos/check/outage.py)."""
+    writes (availability, chaos/check/outage.py);
+    `evidence`: run -> chaos.check.evidence.run_figures (absent: no breach
+    found)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
     for (run_index, status), n in (timeline[timeline["status"] != PutStatus.PUT_OK]
@@ -175,7 +178,11 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
         row["slave_ahead"] = (row["slave_ahead_at_restart_bytes"] > 0
                               or row["slave_ahead_at_end_bytes"] > 0)
-        row["verdict"] = ("violation" if row["promise_violations"]
+        ev = (evidence or {}).get(i) or {}
+        row["evidence_breaches"] = int(ev.get("evidence_breaches", 0))
+        row["evidence_by_rule"] = json.dumps(ev.get("evidence_by_rule", {}), sort_keys=True)
+        row["first_evidence_breaches"] = "\n".join(ev.get("first_evidence_breaches", ()))
+        row["verdict"] = ("violation" if row["promise_violations"] or row["evidence_breaches"]
                           else "stranded" if row["acked_stranded"] else "ok")
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -213,7 +220,9 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "acked_lost_master": int(group["acked_lost_master"].sum()),
             "acked_lost_everywhere": int(group["acked_lost_everywhere"].sum()),
             "promise_violations": int(group["promise_violations"].sum()),
-            "violation_runs": int((group["promise_violations"] > 0).sum()),
+            "violation_runs": int(((group["promise_violations"] > 0)
+                                   | (group["evidence_breaches"] > 0)).sum()),
+            "evidence_breaches": int(group["evidence_breaches"].sum()),
             "allowed_loss": int(group["allowed_loss"].sum()),
             "slave_ahead_runs": int(group["slave_ahead"].sum()),
             **{f"{k}_max": int(group[k].max()) for k in AHEAD_COLUMNS},

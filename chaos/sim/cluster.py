@@ -467,7 +467,8 @@ class SimSender:
             stored = r.status.stored
             c.loop.call_later(c.net_delay(), _answer, answer, SendOutcome(
                 r.status.value, r.offset if stored else None, r.size if stored else None,
-                r.detail or None), context=NET_CONTEXT)
+                r.detail or None, None if r.evidence is None else r.evidence.as_json()),
+                context=NET_CONTEXT)
 
         n.context.run(node.submit, [msg], done)
 

@@ -32,6 +32,7 @@ from google.protobuf.json_format import MessageToDict
 from cluster.node.auth import read_token_file
 from cluster.node.wire import (
     GRPC_MESSAGE_LIMIT_BYTES,
+    evidence_from_pb,
     grpc_limit_for,
     message_to_pb,
     status_from_pb,
@@ -118,6 +119,9 @@ class SendOutcome:
     node: str = ""
     attempts: int = 1
     stale_master: bool = False
+    # A PUT_OK's evidence: the positions the node answered on
+    # (store/status.py Evidence.as_json; None from a node that sent none).
+    evidence: dict[str, Any] | None = None
 
     @property
     def indeterminate(self) -> bool:
@@ -151,12 +155,13 @@ def make_message(topic: str, body: bytes, *, msg_id: str | None = None, queue_id
 def _outcome(pb: broker_pb2.SendResult, msg_id: str, t0: float, invoke_ms: int) -> SendOutcome:
     status = status_from_pb(pb.status)
     stored = status.stored
+    ev = evidence_from_pb(pb)
     return SendOutcome(
         status=status.value, msg_id=pb.msg_id or msg_id,
         offset=pb.offset if stored else None, size=pb.size if stored else None,
         store_timestamp_ms=pb.store_timestamp_ms if stored else None, detail=pb.detail,
         invoke_ms=invoke_ms, complete_ms=time.time_ns() // 1_000_000,
-        latency_s=time.perf_counter() - t0,
+        latency_s=time.perf_counter() - t0, evidence=None if ev is None else ev.as_json(),
     )
 
 

@@ -1,6 +1,7 @@
 """The edge of a master's put answer: runs the flush wait and the replica
 wait in parallel and hands their outcomes to the pure decision
-(ha/sync_master.py), which says what each put is answered.
+(ha/sync_master.py), which says what each put is answered; each PUT_OK
+carries the positions it was answered on (ha/evidence.py).
 
 A node gives its PutAnswer to the store's put path when the store is built
 (MessageStore.open(answer=...), store/put_path.py); the put path calls it
@@ -11,8 +12,10 @@ task cost the put a loop iteration (docs/performance-notes.md).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
+from ha.evidence import with_evidence
 from ha.master import HAMaster
 from ha.sync_master import (
     NO_REPLICA_WAIT,
@@ -24,8 +27,10 @@ from ha.sync_master import (
     answered_before_replica,
     plan_replica_wait,
 )
+from store.config import FlushMode
+from store.emulate import PLANTED_ACK_BEFORE_FLUSH
 from store.put_path import PutBatch
-from store.status import PutResult, PutStatus
+from store.status import PutResult, PutStatus, SlaveAck
 from store.store import MessageStore
 
 
@@ -66,10 +71,16 @@ class PutAnswer:
         # flush is waited for (the two run in parallel).
         replica = (replicas.wait_replicated(plan.wait_end)
                    if replicas is not None and plan.wait_end is not None else None)
+        # The slaves' acks when the replica wait was satisfied: what its
+        # answer relied on (the slave may be gone by the time the flush is).
+        seen: list[list[SlaveAck]] = []
+        if replica is not None and replicas is not None:
+            replica.add_done_callback(lambda _f: seen.append(replicas.acks()))
 
         def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
             try:
-                batch.deliver(self._answer(results, plan, flush_status, replica_status))
+                batch.deliver(self._answer(results, plan, flush_status, replica_status,
+                                           seen[0] if seen else None))
             except Exception as exc:
                 batch.fail(results, exc)
 
@@ -86,11 +97,14 @@ class PutAnswer:
             except Exception as exc:
                 batch.fail(results, exc)
 
-        store.on_flushed(max(ends), flushed)
+        _flush_wait(store, max(ends), flushed)
 
     def _answer(self, results: list[PutResult], plan: ReplicaPlan, flush_status: PutStatus,
-                replica_status: PutStatus) -> list[PutResult]:
-        """The outcomes as they stand now, decided by ha/sync_master.py."""
+                replica_status: PutStatus, acks_seen: list[SlaveAck] | None = None
+                ) -> list[PutResult]:
+        """The outcomes as they stand now, decided by ha/sync_master.py,
+        each PUT_OK with its evidence: the positions now, and the slaves'
+        acks when the replica wait succeeded (`acks_seen`), else now."""
         store = self._node.store
         assert store is not None
         ha = self._node.ha_master if plan.waits else None
@@ -98,7 +112,23 @@ class PutAnswer:
                              "" if flush_status is PutStatus.PUT_OK
                              else store.puts.explain(flush_status))
         replica = ReplicaOutcome(replica_status, ha.best_acked() if ha is not None else None)
-        return answer(results, plan, flush, replica, self._rules)
+        # What the answer relied on, read when it is made (ha/evidence.py).
+        acks = (None if ha is None else acks_seen
+                if acks_seen is not None and replica_status is PutStatus.PUT_OK else ha.acks())
+        return with_evidence(answer(results, plan, flush, replica, self._rules),
+                             wrote=store.log.wrote, flushed=flush.flushed, acks=acks)
+
+
+def _flush_wait(store: MessageStore, end: int, done: Callable[[PutStatus], None]) -> None:
+    """`done` once the flush covers `end` (MessageStore.on_flushed)."""
+    if (PLANTED_ACK_BEFORE_FLUSH in store.config.emulate
+            and store.config.flush_mode is FlushMode.SYNC_FLUSH):
+        # PLANTED FAULT (--emulate planted-ack-before-flush, store/emulate.py):
+        # the flush wait is skipped, so SYNC_FLUSH puts are answered PUT_OK
+        # before the flush covers them. The fixed code waits (the line below).
+        done(PutStatus.PUT_OK)
+        return
+    store.on_flushed(end, done)
 
 
 def _replica_status(fut: asyncio.Future[PutStatus]) -> PutStatus:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proto import broker_pb2
 from store.log.record import Message
-from store.status import PutResult, PutStatus
+from store.status import Evidence, PutResult, PutStatus, SlaveAck
 
 # What a Message takes on the wire beside its body: topic (up to 127 bytes),
 # properties (RocketMQ caps them at 32 KiB) and protobuf framing, with
@@ -43,10 +43,25 @@ def message_from_pb(pb: broker_pb2.Message, born_host: tuple[str, int]) -> Messa
 
 
 def result_to_pb(r: PutResult) -> broker_pb2.SendResult:
-    return broker_pb2.SendResult(
+    pb = broker_pb2.SendResult(
         status=_STATUS_TO_PB[r.status], offset=r.offset, size=r.size, msg_id=r.msg_id or "",
         store_timestamp_ms=r.store_timestamp_ms, detail=r.detail,
     )
+    ev = r.evidence
+    if ev is not None:
+        pb.evidence.wrote, pb.evidence.flushed, pb.evidence.by = ev.wrote, ev.flushed, ev.by
+        for a in ev.acks:
+            pb.evidence.acks.add(slave=a.slave, acked=a.acked, shipped=a.shipped)
+    return pb
+
+
+def evidence_from_pb(pb: broker_pb2.SendResult) -> Evidence | None:
+    """The evidence a SendResult carries (None: none, as from an older node)."""
+    if not pb.HasField("evidence"):
+        return None
+    ev = pb.evidence
+    return Evidence(ev.wrote, ev.flushed,
+                    tuple(SlaveAck(a.slave, a.acked, a.shipped) for a in ev.acks), ev.by)
 
 
 def status_from_pb(value: int) -> PutStatus:
