@@ -9,21 +9,11 @@ import re
 from typing import Any
 
 import pytest
+from support.chaos_runs import processes_mentioning, run_scenario
 
-from chaos.commands.run import make_run
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
-from chaos.harness.runner import RunConfig
-from chaos.harness.workload import WorkloadConfig
 from chaos.schema import read_jsonl, validate_run_dir
-
-SMALL = WorkloadConfig(producers=2, body_min_bytes=256, body_max_bytes=1024)
-
-
-def _run(tmp: str, scenario: str, role: str, flush: str, seed: int, **kw: Any) -> str:
-    cfg = RunConfig(scenario=scenarios.get(scenario), role=role, flush=flush, seed=seed,
-                    out_dir=tmp, workload=SMALL, **kw)
-    return make_run(cfg).execute()
 
 
 def _load(run_dir: str) -> dict[str, Any]:
@@ -46,7 +36,8 @@ def _fired_hits(run_dir: str) -> list[str]:
 
 
 def test_master_crash_run_validates_and_leaves_nothing_running(tmp_path: str) -> None:
-    run_dir = _run(str(tmp_path), "master-crash", "SYNC_MASTER", "SYNC_FLUSH", 11)
+    run_dir = run_scenario(str(tmp_path), "master-crash",
+                     "SYNC_MASTER", "SYNC_FLUSH", 11)
     assert validate_run_dir(run_dir) == ["master", "slave1"]
     r = _load(run_dir)
     kinds = [f["kind"] for f in r["faults"]]
@@ -56,26 +47,14 @@ def test_master_crash_run_validates_and_leaves_nothing_running(tmp_path: str) ->
     # SYNC_MASTER + SYNC_FLUSH: every acknowledged message survived on the master.
     assert acked <= {rec["msg_id"] for rec in r["records"]["master"]}
     assert any(o["kind"] == "slave_ahead" for o in r["observations"])
-    assert _processes_mentioning(run_dir) == []
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line names `text` (nodes and proxies of
-    a cluster carry its directory in their arguments)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    assert processes_mentioning(run_dir) == []
 
 
 def test_same_seed_replays_schedule_and_failpoint_hits(tmp_path: str) -> None:
-    a = _run(str(tmp_path / "a"), "master-crash-unflushed", "ASYNC_MASTER", "ASYNC_FLUSH", 5)
-    b = _run(str(tmp_path / "b"), "master-crash-unflushed", "ASYNC_MASTER", "ASYNC_FLUSH", 5)
+    a = run_scenario(str(tmp_path / "a"), "master-crash-unflushed",
+                     "ASYNC_MASTER", "ASYNC_FLUSH", 5)
+    b = run_scenario(str(tmp_path / "b"), "master-crash-unflushed",
+                     "ASYNC_MASTER", "ASYNC_FLUSH", 5)
     pa, pb = _load(a)["params"], _load(b)["params"]
     assert pa["plan"] == pb["plan"] and pa["failpoints"] == pb["failpoints"]
     plan = plan_run(scenarios.get("master-crash-unflushed"), 5)
@@ -99,7 +78,8 @@ def test_power_crash_of_an_async_flush_master_loses_its_unflushed_tail(tmp_path:
     """The crash model holds in a real run: acknowledged messages appended
     after the master's last flush are gone from the master's disk, and the
     master's log is still a prefix (no hole): what it kept it kept in order."""
-    run_dir = _run(str(tmp_path), "master-crash-unflushed", "ASYNC_MASTER", "ASYNC_FLUSH", 2,
+    run_dir = run_scenario(str(tmp_path), "master-crash-unflushed",
+                     "ASYNC_MASTER", "ASYNC_FLUSH", 2,
                    master_args=LAZY_FLUSH)
     r = _load(run_dir)
     assert r["params"]["master_args"] == list(LAZY_FLUSH)
@@ -117,7 +97,7 @@ def test_power_crash_of_an_async_flush_master_loses_its_unflushed_tail(tmp_path:
 @pytest.mark.parametrize("scenario", ["slave-pause", "partition"])
 def test_slave_outage_makes_sync_master_puts_fail_then_recover(tmp_path: str,
                                                                scenario: str) -> None:
-    run_dir = _run(str(tmp_path), scenario, "SYNC_MASTER", "ASYNC_FLUSH", 3)
+    run_dir = run_scenario(str(tmp_path), scenario, "SYNC_MASTER", "ASYNC_FLUSH", 3)
     assert validate_run_dir(run_dir)
     r = _load(run_dir)
     start = r["faults"][0]["start_ms"]
@@ -136,7 +116,8 @@ def test_bit_flip_under_each_corruption_policy(tmp_path: str, policy: str) -> No
     down with its store as it was; truncate cuts the acknowledged records
     after the flip from the master (its slave is left ahead); repair brings
     every acknowledged record back from the slave."""
-    run_dir = _run(str(tmp_path), "bit-flip", "ASYNC_MASTER", "ASYNC_FLUSH", 1,
+    run_dir = run_scenario(str(tmp_path), "bit-flip",
+                     "ASYNC_MASTER", "ASYNC_FLUSH", 1,
                    corruption_policy=policy)
     assert validate_run_dir(run_dir) == ["master", "slave1"]
     r = _load(run_dir)
@@ -169,4 +150,4 @@ def test_bit_flip_under_each_corruption_policy(tmp_path: str, policy: str) -> No
         assert final["first_bad_offset"] is None
         assert any("corruption of flushed data repaired" in s for s in final["recoveries"])
         assert acked <= on_master
-    assert _processes_mentioning(run_dir) == []
+    assert processes_mentioning(run_dir) == []

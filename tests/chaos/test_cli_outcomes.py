@@ -219,10 +219,10 @@ def test_report_json_exit_1_and_the_run_outcome_agrees_with_it(
     """`dlab report --json` over the real run and the pipeline's fixture runs
     (some break their promise): exit status 1, stdout one JSON object, and
     each run's outcome as `dlab chaos run` judges it equal to the report's."""
-    from test_pipeline import _fixture_runs
+    from support.pipeline_fixtures import fixture_runs
 
     fixtures = os.path.join(tmp_path, "fixtures")
-    _fixture_runs(fixtures)
+    fixture_runs(fixtures)
     r = dlab("report", trust_run[1], fixtures, "--out", os.path.join(tmp_path, "out"),
              "--spark-master", "local[2]", "--json", timeout=600)
     report = as_json(r)

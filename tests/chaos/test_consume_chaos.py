@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from support.chaos_runs import processes_mentioning, run_scenario
 from support.pipeline_fixtures import T0, make_run, one_spark_user, op, rec, spark  # noqa: F401
-from test_chaos_run import _processes_mentioning, _run
 
 from chaos.check.consumption import figures
 from chaos.check.run_dirs import load_run
@@ -277,7 +277,7 @@ def test_consumer_faults_name_the_consumer_not_a_node(tmp_path: Path) -> None:
 def test_a_consumer_killed_between_commits_is_handed_messages_again(tmp_path: Path) -> None:
     """A real run: producers, a consumer process SIGKILLed inside its 5 s
     commit interval and started again, the cluster drained at the end."""
-    run_dir = _run(str(tmp_path), "consumer-crash", "SYNC_MASTER", "SYNC_FLUSH", 5)
+    run_dir = run_scenario(str(tmp_path), "consumer-crash", "SYNC_MASTER", "SYNC_FLUSH", 5)
     assert validate_run_dir(run_dir) == ["master", "slave1"]
     run = load_run(run_dir, 0)
     consumed = read_jsonl(os.path.join(run_dir, "consumed.jsonl"))
@@ -313,7 +313,7 @@ def test_a_consumer_killed_between_commits_is_handed_messages_again(tmp_path: Pa
     assert sum(summary["end_offsets"].values()) == len(master)
     assert (f"consumer: {len(consumed)} delivered, {len(first)} duplicates, 0 stored never "
             "delivered, 0 delivered then lost") in one_line(run_dir)
-    assert _processes_mentioning(run_dir) == []
+    assert processes_mentioning(run_dir) == []
 
 
 def test_a_master_crashed_before_persisting_offsets_makes_a_new_consumer_start_over(
@@ -324,7 +324,7 @@ def test_a_master_crashed_before_persisting_offsets_makes_a_new_consumer_start_o
     stops cleanly while the master is down; a new one asks the restarted
     master where to resume and is told nothing: it starts from the first
     offset, and is handed again everything the master kept."""
-    run_dir = _run(str(tmp_path), "master-crash-consuming", "SYNC_MASTER", "SYNC_FLUSH", 3)
+    run_dir = run_scenario(str(tmp_path), "master-crash-consuming", "SYNC_MASTER", "SYNC_FLUSH", 3)
     run = load_run(run_dir, 0)
     assert [(f["kind"], f["node"]) for f in run.faults][:4] == [
         ("kill", "master"), ("stop", "consumer"), ("start", "master"), ("start", "consumer")]
@@ -352,4 +352,4 @@ def test_a_master_crashed_before_persisting_offsets_makes_a_new_consumer_start_o
     # SYNC_FLUSH: the master and, while it was down, the slave served only
     # flushed records, and the reject policy truncates neither log.
     assert got["delivered_then_lost"] == 0
-    assert _processes_mentioning(run_dir) == []
+    assert processes_mentioning(run_dir) == []

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.pipeline_fixtures import one_spark_user, spark  # noqa: F401
-from test_chaos_run import _run
-from test_pipeline import _fixture_runs
+from support.chaos_runs import run_scenario
+from support.pipeline_fixtures import fixture_runs, one_spark_user, spark  # noqa: F401
 
 from chaos.report.pipeline import build_report
 from chaos.schema import read_jsonl
@@ -63,8 +62,9 @@ def report(spark: Any, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
            ) -> dict[str, Any]:
     root = str(tmp_path_factory.mktemp("browser"))
     runs = os.path.join(root, "runs")
-    _fixture_runs(os.path.join(runs, "fixtures"))
-    real = _run(os.path.join(runs, "real"), "master-crash", "ASYNC_MASTER", "ASYNC_FLUSH", 3)
+    fixture_runs(os.path.join(runs, "fixtures"))
+    real = run_scenario(os.path.join(runs, "real"), "master-crash",
+                     "ASYNC_MASTER", "ASYNC_FLUSH", 3)
     out = os.path.join(root, "report")
     summary = build_report([runs], out)
     return {"out": out, "real": real, "summary": summary}

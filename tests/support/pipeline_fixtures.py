@@ -102,3 +102,98 @@ def spark() -> Iterator[Any]:
     """One local Spark for the whole test session (start-up costs ~10 s)."""
     with spark_session("local[2]") as session:
         yield session
+
+
+# Four PUT_OKs at offsets 0..300; master and slave hold the first three.
+LOSS_HISTORY = [op(i + 1, f"m{i + 1}", i * 100, at=i * 10) for i in range(4)]
+THREE = [rec(0, "m1"), rec(100, "m2"), rec(200, "m3")]
+
+
+def fixture_runs(root: str) -> None:
+    # A SYNC_FLUSH master missing a PUT_OK: one violation; the same loss under
+    # ASYNC_MASTER + ASYNC_FLUSH: an allowed loss; under SYNC_MASTER +
+    # SYNC_FLUSH both promises break, still one violation.
+    make_run(root, "loss-async-sync", role="ASYNC_MASTER", flush="SYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    make_run(root, "loss-async-async", role="ASYNC_MASTER", flush="ASYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    make_run(root, "loss-sync-sync", role="SYNC_MASTER", flush="SYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY, records={"m": THREE, "s": THREE})
+    # SYNC_MASTER + ASYNC_FLUSH: the master lost m4, the slave kept it.
+    make_run(root, "loss-sync-async-slave-kept", role="SYNC_MASTER", flush="ASYNC_FLUSH",
+             scenario="loss", history=LOSS_HISTORY,
+             records={"m": THREE, "s": [*THREE, rec(300, "m4")]})
+
+    # Master crash under ASYNC_FLUSH with reject: the master lost m3 and m4,
+    # the slave is ahead (200 bytes, 2 records); the restarted master wrote
+    # m5 at offset 200 and holds m2 with other bytes than the slave.
+    make_run(
+        root, "diverge", role="ASYNC_MASTER", flush="ASYNC_FLUSH", scenario="master-crash",
+        history=[*LOSS_HISTORY, op(5, "m5", 200, at=2000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2", crc=7), rec(200, "m5")],
+                 "s": [rec(0, "m1"), rec(100, "m2", crc=8), rec(200, "m3"), rec(300, "m4")]},
+        faults=[fault(1, "kill", "m", 1000, 1500)], final={"m": {"killed": True}},
+        observations=[slave_ahead(1600, 200, 400)],
+    )
+
+    # A retried message stored twice on both nodes: one duplicate, two extra
+    # copies. One indeterminate op was stored (m2's first attempt), one not.
+    make_run(
+        root, "dup", role="ASYNC_MASTER", flush="ASYNC_FLUSH", scenario="retry",
+        history=[op(1, "m1", 0), op(2, "m2", None, status="INDETERMINATE", at=10, latency=3000),
+                 op(3, "m2", 200, at=3100, attempt=2),
+                 op(4, "m3", None, status="INDETERMINATE", at=3200, latency=3000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2"), rec(200, "m2")],
+                 "s": [rec(0, "m1"), rec(100, "m2"), rec(200, "m2")]},
+    )
+
+    # trust policy: the restarted master took the slave's report at face
+    # value and acknowledged m2 at offset 100, which the slave holds m_old at.
+    make_run(
+        root, "trust", role="SYNC_MASTER", flush="ASYNC_FLUSH", scenario="master-crash",
+        policy="trust",
+        history=[op(1, "m1", 0), op(2, "m_old", 100, at=10), op(3, "m2", 100, at=3000)],
+        records={"m": [rec(0, "m1"), rec(100, "m2")],
+                 "s": [rec(0, "m1"), rec(100, "m_old")]},
+        faults=[fault(1, "kill", "m", 1000, 2000)], final={"m": {"killed": True}},
+        observations=[slave_ahead(2000, 100, 200)],
+    )
+
+    # Voided promises (SYNC_MASTER + SYNC_FLUSH): the master's disk damaged at
+    # 1000, the slave killed under the power model at 2000. m1 (invoked at
+    # 500, gone everywhere) is void on both counts; m2 (invoked at 3000, gone
+    # everywhere) violates both; m3 survived.
+    make_run(
+        root, "void", role="SYNC_MASTER", flush="SYNC_FLUSH", scenario="disk",
+        history=[op(1, "m1", 0, at=500), op(2, "m2", 100, at=3000), op(3, "m3", 200, at=3100)],
+        records={"m": [rec(200, "m3")], "s": [rec(200, "m3")]},
+        faults=[fault(1, "bit_flip", "m", 1000, damages_disk=True),
+                fault(2, "kill", "s", 2000, 2500)],
+        final={"m": {"disk_damaged": True}, "s": {"killed": True}},
+    )
+
+    # Latency, order and availability: latencies 1, 2, 3, 4 ms (p50 2.5, p99
+    # 3.97); producer 1's second ack is stored before its first
+    # (one inversion); two failed puts in second 2, one in second 3.
+    make_run(
+        root, "timing", role="ASYNC_MASTER", flush="SYNC_FLUSH", scenario="timing",
+        history=[op(1, "a", 100, at=0, latency=1, producer=1),
+                 op(2, "b", 0, at=100, latency=2, producer=1),
+                 op(3, "c", 200, at=200, latency=3, producer=2),
+                 op(4, "d", 300, at=1200, latency=4, producer=2),
+                 op(5, "e", None, status="SLAVE_NOT_AVAILABLE", at=2100, latency=1),
+                 op(6, "f", None, status="SERVICE_NOT_AVAILABLE", at=2200, latency=1),
+                 op(7, "g", None, status="INDETERMINATE", at=3000, latency=50)],
+        records={"m": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")],
+                 "s": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")]},
+    )
+    # A second run of the same mode and scenario, for the comparison.
+    # The slave paused at 20 ms, and no put succeeded after: unwritable
+    # until the end (no promise of the mode involves the slave).
+    make_run(
+        root, "timing-2", role="ASYNC_MASTER", flush="SYNC_FLUSH", scenario="timing", seed=2,
+        history=[op(1, "a", 0, latency=10), op(2, "b", None, status="FLUSH_DISK_TIMEOUT",
+                                                at=50, latency=5000)],
+        records={"m": [rec(0, "a"), rec(100, "b")], "s": [rec(0, "a")]},
+        faults=[fault(1, "pause", "s", 20, 40)],
+    )
