@@ -259,18 +259,10 @@ def _s(ms: int | None, start: int) -> str:
     return "–" if ms is None else f"{(ms - start) / 1000:.3f}"
 
 
-def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
-                  plot: str | None, runs_dir: str) -> str:
-    e = html.escape
-    start = run.params["started_ms"]
-    # The sim backend's times are simulated time (docs/simulation.md).
-    sec, ms = ("simulated s", "simulated ms") if run.params["backend"] == "sim" else ("s", "ms")
-    verdict = (f"{v['acked_lost_master']:,} acknowledged messages lost on the master, "
-               f"{v['acked_lost_everywhere']:,} everywhere, {v['acked_stranded']:,} stranded, "
-               f"{v['promise_violations']:,} promise violations; "
-               f"{v.get('evidence_breaches', 0):,} PUT_OKs not covered by their evidence; "
-               f"{v['failed']:,} of {v['puts']:,} puts failed ({v['failed_put_share']:.1%})")
-    facts = [
+def _facts(run: RunInfo, v: dict[str, Any], sec: str, ms: str) -> list[tuple[str, str]]:
+    """A run page's facts: what ran, and what it came to (`sec`, `ms`: the
+    units, simulated on a sim run)."""
+    return [
         ("mode", f"{run.params['role']} + {run.params['flush']}"),
         ("scenario, seed", f"{run.params['scenario']}, {run.params['seed']}"),
         ("conditions", f"backend {run.params['backend']}, crash model "
@@ -298,6 +290,63 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
             f" (stores: {v['stores_kept_why']})"
             if isinstance(v.get("stores_kept_why"), str) else "")),
     ]
+
+
+def _lost_section(v: dict[str, Any], lost: pd.DataFrame | None) -> list[str]:
+    """The lost acknowledged messages, with who still holds each."""
+    e = html.escape
+    out: list[str] = []
+    n_lost = int(v["acked_lost_master"])
+    out.append(f'<h2 id="lost">Lost acknowledged messages ({n_lost:,})</h2>')
+    if lost is not None and len(lost):
+        shown = "" if len(lost) >= n_lost else f" (the first {len(lost):,}; lost.csv)"
+        out += [f"<p>Missing from the recovered master{shown}; held by: the nodes that still "
+                "hold it.</p>", _table(
+                    ["msg_id", "acked offset", "held by", "lost everywhere", "stranded",
+                     "violation"],
+                    [[e(r.msg_id), "–" if pd.isna(r.acked_offset) else f"{int(r.acked_offset):,}",
+                      e(r.held_by or "none"), "yes" if r.lost_everywhere else "no",
+                      "yes" if r.stranded else "no", "yes" if r.violation else "no"]
+                     for r in lost.itertuples()])]
+    else:
+        out.append("<p>None: the recovered master holds every acknowledged message.</p>")
+    return out
+
+
+def _file_links(run: RunInfo, runs_dir: str) -> list[str]:
+    """Links to the run's files, each node's log, read-back and kept store."""
+    e = html.escape
+    files = [("history", "history.jsonl"), ("faults", "faults.jsonl"),
+             ("observations", "observations.jsonl"), ("parameters", "params.json")]
+    if os.path.isfile(os.path.join(run.run_dir, "consumed.jsonl")):
+        files.append(("consumed", "consumed.jsonl"))
+    items = [f'<li><a href="{_rel(run.run_dir, runs_dir, rel)}">{e(name)}</a></li>'
+             for name, rel in files]
+    for n in run.nodes:
+        links = [f'<a href="{_rel(run.run_dir, runs_dir, "nodes", n.name, rel)}">{what}</a>'
+                 for rel, what in (("node.log", "node log"), ("records.jsonl", "records read back"))
+                 if os.path.isfile(os.path.join(run.run_dir, "nodes", n.name, rel))]
+        items.append(f"<li>{e(n.name)}: {', '.join(links)}")
+        store = n.store_dir or os.path.join(run.run_dir, "cluster", "nodes", n.name, "data")
+        if os.path.isdir(store):
+            items[-1] += (f', <a href="{quote(os.path.relpath(store, runs_dir))}/">kept '
+                          "store</a>")
+        items[-1] += "</li>"
+    return items
+
+
+def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
+                  plot: str | None, runs_dir: str) -> str:
+    e = html.escape
+    start = run.params["started_ms"]
+    # The sim backend's times are simulated time (docs/simulation.md).
+    sec, ms = ("simulated s", "simulated ms") if run.params["backend"] == "sim" else ("s", "ms")
+    verdict = (f"{v['acked_lost_master']:,} acknowledged messages lost on the master, "
+               f"{v['acked_lost_everywhere']:,} everywhere, {v['acked_stranded']:,} stranded, "
+               f"{v['promise_violations']:,} promise violations; "
+               f"{v.get('evidence_breaches', 0):,} PUT_OKs not covered by their evidence; "
+               f"{v['failed']:,} of {v['puts']:,} puts failed ({v['failed_put_share']:.1%})")
+    facts = _facts(run, v, sec, ms)
     out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{e(run.run_id)}</title><style>",
            "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
@@ -337,35 +386,7 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
               e(o.get("slave") or "–"), "–" if o.get("master_offset") is None
               else f"{o['master_offset']:,}", "–" if o.get("slave_offset") is None
               else f"{o['slave_offset']:,}", e(o.get("detail") or "")] for o in obs])]
-    n_lost = int(v["acked_lost_master"])
-    out.append(f'<h2 id="lost">Lost acknowledged messages ({n_lost:,})</h2>')
-    if lost is not None and len(lost):
-        shown = "" if len(lost) >= n_lost else f" (the first {len(lost):,}; lost.csv)"
-        out += [f"<p>Missing from the recovered master{shown}; held by: the nodes that still "
-                "hold it.</p>", _table(
-                    ["msg_id", "acked offset", "held by", "lost everywhere", "stranded",
-                     "violation"],
-                    [[e(r.msg_id), "–" if pd.isna(r.acked_offset) else f"{int(r.acked_offset):,}",
-                      e(r.held_by or "none"), "yes" if r.lost_everywhere else "no",
-                      "yes" if r.stranded else "no", "yes" if r.violation else "no"]
-                     for r in lost.itertuples()])]
-    else:
-        out.append("<p>None: the recovered master holds every acknowledged message.</p>")
-    files = [("history", "history.jsonl"), ("faults", "faults.jsonl"),
-             ("observations", "observations.jsonl"), ("parameters", "params.json")]
-    if os.path.isfile(os.path.join(run.run_dir, "consumed.jsonl")):
-        files.append(("consumed", "consumed.jsonl"))
-    items = [f'<li><a href="{_rel(run.run_dir, runs_dir, rel)}">{e(name)}</a></li>'
-             for name, rel in files]
-    for n in run.nodes:
-        links = [f'<a href="{_rel(run.run_dir, runs_dir, "nodes", n.name, rel)}">{what}</a>'
-                 for rel, what in (("node.log", "node log"), ("records.jsonl", "records read back"))
-                 if os.path.isfile(os.path.join(run.run_dir, "nodes", n.name, rel))]
-        items.append(f"<li>{e(n.name)}: {', '.join(links)}")
-        store = n.store_dir or os.path.join(run.run_dir, "cluster", "nodes", n.name, "data")
-        if os.path.isdir(store):
-            items[-1] += (f', <a href="{quote(os.path.relpath(store, runs_dir))}/">kept '
-                          "store</a>")
-        items[-1] += "</li>"
+    out += _lost_section(v, lost)
+    items = _file_links(run, runs_dir)
     out += ["<h2>Files</h2>", "<ul>" + "".join(items) + "</ul>", "</body></html>"]
     return "\n".join(out) + "\n"

@@ -80,6 +80,61 @@ def _fault_rows(group: pd.DataFrame | None) -> list[outage.FaultRow]:
             for r in group.to_dict("records")]
 
 
+def _run_columns(run: RunInfo) -> dict[str, Any]:
+    """A verdict row's columns from the run's parameters."""
+    p = run.params
+    return {
+        "run_id": run.run_id, "role": p["role"], "flush": p["flush"],
+        "scenario": p["scenario"], "seed": p["seed"], "backend": p["backend"],
+        "crash_model": p["crash_model"], "slave_ahead_policy": p["slave_ahead_policy"],
+        "ha_ship_limit": p["ha_ship_limit"], "corruption_policy": p["corruption_policy"],
+        "nodes": ",".join(n.name for n in run.nodes),
+        "failpoints": json.dumps(p["failpoints"], sort_keys=True),
+        "faults": ",".join(f"{x['kind']}:{x['node'] or '-'}" for x in run.faults),
+        "versions": json.dumps(p["versions"], sort_keys=True),
+        "started_ms": p["started_ms"], "ended_ms": p["ended_ms"],
+        "duration_s": (p["ended_ms"] - p["started_ms"]) / 1000,
+        "promises": promises.short(p["role"], p["flush"]),
+    }
+
+
+def _store_columns(run: RunInfo) -> dict[str, Any]:
+    """A verdict row's columns about the run's stores: damage each holds (a
+    record failing its checks before the end of data: its offset); for a
+    store the run kept, the first offset where it no longer matches the
+    run's read-back (chaos/check/kept_stores.py); what the verdict was
+    judged from; why the stores were kept or not (--keep-stores,
+    chaos/check/keep_decision.py; null for runs from before it)."""
+    return {
+        "disk_damage_by_node": json.dumps(
+            {n.name: n.final["first_bad_offset"] for n in run.nodes
+             if n.final["first_bad_offset"] is not None}),
+        "store_changed_by_node": json.dumps(
+            {n.name: n.store_differs_at for n in run.nodes
+             if n.store_differs_at is not None}),
+        "judged_from": ("kept stores" if all(n.store_dir for n in run.nodes)
+                        else "read-back" if not any(n.store_dir for n in run.nodes)
+                        else "kept stores and read-back"),
+        "stores_kept_why": run.params.get("stores_kept_why"),
+    }
+
+
+def _finish_row(row: dict[str, Any], consumed: Mapping[str, int | None] | None,
+                ev: Mapping[str, Any]) -> None:
+    """The consume-side, derived and evidence columns, and the verdict."""
+    for k in CONSUME_COLUMNS:
+        v = None if consumed is None else consumed[k]
+        row[k] = None if v is None else int(v)
+    row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
+    row["slave_ahead"] = (row["slave_ahead_at_restart_bytes"] > 0
+                          or row["slave_ahead_at_end_bytes"] > 0)
+    row["evidence_breaches"] = int(ev.get("evidence_breaches", 0))
+    row["evidence_by_rule"] = json.dumps(ev.get("evidence_by_rule", {}), sort_keys=True)
+    row["first_evidence_breaches"] = "\n".join(ev.get("first_evidence_breaches", ()))
+    row["verdict"] = ("violation" if row["promise_violations"] or row["evidence_breaches"]
+                      else "stranded" if row["acked_stranded"] else "ok")
+
+
 def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.DataFrame,
                    latency: pd.DataFrame, ahead: pd.DataFrame,
                    consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
@@ -107,7 +162,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     ahead_by = ahead.set_index("run")
     rows = []
     for run in runs:
-        p, i = run.params, run.index
+        i = run.index
         f = fig.loc[i] if i in fig.index else None
 
         def count(key: str, f: Any = f) -> int:
@@ -122,17 +177,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
         a = ahead_by.loc[i] if i in ahead_by.index else None
         divergent = count("divergent_records")
         row: dict[str, Any] = {
-            "run_id": run.run_id, "role": p["role"], "flush": p["flush"],
-            "scenario": p["scenario"], "seed": p["seed"], "backend": p["backend"],
-            "crash_model": p["crash_model"], "slave_ahead_policy": p["slave_ahead_policy"],
-            "ha_ship_limit": p["ha_ship_limit"], "corruption_policy": p["corruption_policy"],
-            "nodes": ",".join(n.name for n in run.nodes),
-            "failpoints": json.dumps(p["failpoints"], sort_keys=True),
-            "faults": ",".join(f"{x['kind']}:{x['node'] or '-'}" for x in run.faults),
-            "versions": json.dumps(p["versions"], sort_keys=True),
-            "started_ms": p["started_ms"], "ended_ms": p["ended_ms"],
-            "duration_s": (p["ended_ms"] - p["started_ms"]) / 1000,
-            "promises": promises.short(p["role"], p["flush"]),
+            **_run_columns(run),
             "puts": n_puts,
             **{k: count(k) for k in COUNTS},
             "failed": sum(by_status.values()),
@@ -141,22 +186,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "acked_lost_by_node": json.dumps(
                 {n.name: count(f"lost_node{n.index}") for n in run.nodes}),
             **{k: int(a[k]) if a is not None else 0 for k in AHEAD_COLUMNS},
-            # Damage the store holds (a record failing its checks before the
-            # end of data), per node: its offset; and, for a store the run
-            # kept, the first offset where it no longer matches the run's
-            # read-back (chaos/check/kept_stores.py).
-            "disk_damage_by_node": json.dumps(
-                {n.name: n.final["first_bad_offset"] for n in run.nodes
-                 if n.final["first_bad_offset"] is not None}),
-            "store_changed_by_node": json.dumps(
-                {n.name: n.store_differs_at for n in run.nodes
-                 if n.store_differs_at is not None}),
-            "judged_from": ("kept stores" if all(n.store_dir for n in run.nodes)
-                            else "read-back" if not any(n.store_dir for n in run.nodes)
-                            else "kept stores and read-back"),
-            # Why the run kept its stores or not (--keep-stores,
-            # chaos/check/keep_decision.py); null for runs from before it.
-            "stores_kept_why": p.get("stores_kept_why"),
+            **_store_columns(run),
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
             "put_ok_p50_us": p50, "put_ok_p99_us": p99,
@@ -171,19 +201,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             "failed_after_fault_per_s": avail.failed_after_fault_per_s,
             "run_dir": run.run_dir,
         }
-        c = (consume or {}).get(i)
-        for k in CONSUME_COLUMNS:
-            v = None if c is None else c[k]
-            row[k] = None if v is None else int(v)
-        row["indeterminate_not_found"] = row["indeterminate"] - row["indeterminate_found"]
-        row["slave_ahead"] = (row["slave_ahead_at_restart_bytes"] > 0
-                              or row["slave_ahead_at_end_bytes"] > 0)
-        ev = (evidence or {}).get(i) or {}
-        row["evidence_breaches"] = int(ev.get("evidence_breaches", 0))
-        row["evidence_by_rule"] = json.dumps(ev.get("evidence_by_rule", {}), sort_keys=True)
-        row["first_evidence_breaches"] = "\n".join(ev.get("first_evidence_breaches", ()))
-        row["verdict"] = ("violation" if row["promise_violations"] or row["evidence_breaches"]
-                          else "stranded" if row["acked_stranded"] else "ok")
+        _finish_row(row, (consume or {}).get(i), (evidence or {}).get(i) or {})
         rows.append(row)
     df = pd.DataFrame(rows)
     df["first_divergent_offset"] = df["first_divergent_offset"].astype("Int64")

@@ -533,49 +533,9 @@ class CommitLog:
                 self._planted_checkpoint_first(last_ts, target)
             self.failpoints.hit("flush_before_write")
             try:
-                touched: dict[int, Segment] = {}
-                # Coalesce contiguous chunks of one segment into one pwrite.
-                i = 0
-                while i < len(starts):
-                    seg = self._segment_for(starts[i])
-                    j = i + 1
-                    while (j < len(starts) and starts[j] == ends[j - 1]
-                           and starts[j] < seg.end):
-                        j += 1
-                    if self._power:
-                        seg.pwritev(starts[i] - seg.start, datas[i:j])
-                        if self._sync_flush and ends[j - 1] - starts[i] < ZERO_AHEAD_MAX_WRITE:
-                            self._zero_ahead(seg, ends[j - 1] - seg.start)
-                    touched[seg.start] = seg
-                    i = j
+                touched = self._write_chunks(starts, ends, datas)
                 self.failpoints.hit("before_flush_sync")
-                try:
-                    self.failpoints.hit("flush_fsync", on_eio=lambda: self._lose_unsynced(
-                        starts[0], ends[-1]))
-                    if self._ack_before_fsync:
-                        # PLANTED FAULT (--emulate planted-ack-before-fsync),
-                        # not RocketMQ's: the fsync is left to the next flush
-                        # and `flushed` advances below, so SYNC_FLUSH acks
-                        # bytes that are only in the page cache.
-                        self._unsynced.update(touched)
-                        self._unsynced_end, self._unsynced_ts = target, last_ts
-                    else:
-                        for seg in touched.values():
-                            seg.sync()
-                        if self.mark is not None:
-                            self.mark.commitlog_synced(target)
-                except OSError as exc:
-                    if RMQ_2706 not in self.config.emulate:
-                        raise
-                    # --emulate rmq-2706: RocketMQ's MappedFile.flush caught the
-                    # force() error, logged it and set flushedPosition anyway, so
-                    # GroupCommitService answered PUT_OK for bytes not on disk.
-                    # The real fix (apache/rocketmq#9714, with #9708) advances
-                    # the flushed position only after a successful force and
-                    # marks the store not writeable; our fixed path is the
-                    # `raise` above: the log fails (`failed`), `flushed` stays.
-                    _log.error("Error occurred when force data to disk (emulating "
-                               "rmq-2706: counted as flushed anyway): %s", exc)
+                self._sync_touched(touched, starts[0], ends[-1], target, last_ts)
                 if not self._unsynced:
                     self.fsyncs += 1
                 if self.config.drop_flushed_pages:
@@ -606,6 +566,57 @@ class CommitLog:
                 with contextlib.suppress(OSError):
                     self.checkpoint.update(last_ts, target)
             return target
+
+    def _write_chunks(self, starts: list[int], ends: list[int],
+                      datas: list[bytes | memoryview]) -> dict[int, Segment]:
+        """A flush's writes (POWER; under PROCESS the bytes are in the files
+        already): contiguous chunks of one segment coalesced into one
+        pwritev. Returns the segments touched, by start."""
+        touched: dict[int, Segment] = {}
+        i = 0
+        while i < len(starts):
+            seg = self._segment_for(starts[i])
+            j = i + 1
+            while j < len(starts) and starts[j] == ends[j - 1] and starts[j] < seg.end:
+                j += 1
+            if self._power:
+                seg.pwritev(starts[i] - seg.start, datas[i:j])
+                if self._sync_flush and ends[j - 1] - starts[i] < ZERO_AHEAD_MAX_WRITE:
+                    self._zero_ahead(seg, ends[j - 1] - seg.start)
+            touched[seg.start] = seg
+            i = j
+        return touched
+
+    def _sync_touched(self, touched: dict[int, Segment], first: int, end: int, target: int,
+                      last_ts: int) -> None:
+        """A flush's fsyncs, recorded in the durable mark; raises OSError for a
+        failed one (but under --emulate rmq-2706)."""
+        try:
+            self.failpoints.hit("flush_fsync", on_eio=lambda: self._lose_unsynced(first, end))
+            if self._ack_before_fsync:
+                # PLANTED FAULT (--emulate planted-ack-before-fsync), not
+                # RocketMQ's: the fsync is left to the next flush and
+                # `flushed` advances anyway, so SYNC_FLUSH acks bytes that
+                # are only in the page cache.
+                self._unsynced.update(touched)
+                self._unsynced_end, self._unsynced_ts = target, last_ts
+            else:
+                for seg in touched.values():
+                    seg.sync()
+                if self.mark is not None:
+                    self.mark.commitlog_synced(target)
+        except OSError as exc:
+            if RMQ_2706 not in self.config.emulate:
+                raise
+            # --emulate rmq-2706: RocketMQ's MappedFile.flush caught the
+            # force() error, logged it and set flushedPosition anyway, so
+            # GroupCommitService answered PUT_OK for bytes not on disk. The
+            # real fix (apache/rocketmq#9714, with #9708) advances the
+            # flushed position only after a successful force and marks the
+            # store not writeable; our fixed path is the `raise` above: the
+            # log fails (`failed`), `flushed` stays.
+            _log.error("Error occurred when force data to disk (emulating "
+                       "rmq-2706: counted as flushed anyway): %s", exc)
 
     def _planted_checkpoint_first(self, last_ts: int, target: int) -> None:
         """PLANTED FAULT (--emulate planted-checkpoint-before-flush), not
