@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chaos.check import keep_decision
 from chaos.harness import scenarios
@@ -87,6 +87,10 @@ class KeepingStores:
     @property
     def run_dir(self) -> str:
         return self.run.run_dir
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the run's (its cluster_dir, its config...)."""
+        return getattr(self.run, name)
 
     def execute(self) -> str:
         run_dir = self.run.execute()

@@ -149,9 +149,10 @@ def _run(tmp: Path, backend: str, emulate: tuple[str, ...], seed: int) -> str:
 
 
 # A seed whose crash lands where the sim's torn writes do not keep the
-# acknowledged, unsynced flush (docs/findings.md: caught in 3 of seeds 1-8
-# on the sim since flushes take drawn fsync time).
-@pytest.mark.parametrize(("backend", "seed"), [("local", 1), ("sim", 3)])
+# acknowledged, unsynced flush (docs/findings.md; seeds 6-10 each catch it
+# since a new store's checkpoint survives a first-life crash, which moved
+# the sim's draws; seed 3 no longer does).
+@pytest.mark.parametrize(("backend", "seed"), [("local", 1), ("sim", 6)])
 def test_the_planted_ack_before_fsync_is_caught_under_sync_flush(
         tmp_path: Path, backend: str, seed: int) -> None:
     """The master is SIGKILLed (local: a real SIGKILL, then the power cut;

@@ -15,7 +15,7 @@ from chaos.cli import build_parser
 from chaos.commands.replay import tree_hashes
 from chaos.harness import scenarios
 from chaos.harness.runner import RunConfig
-from chaos.sim.run import SimRun
+from chaos.matrix.launch import make_run
 
 
 def test_a_sim_matrix_runs_as_spark_tasks_and_writes_the_same_run_directories(
@@ -25,7 +25,8 @@ def test_a_sim_matrix_runs_as_spark_tasks_and_writes_the_same_run_directories(
         [sys.executable, "-m", "chaos.cli", "chaos", "matrix", "--backend", "sim",
          "--scenarios", "master-crash", "--roles", "SYNC_MASTER", "--flushes",
          "SYNC_FLUSH,ASYNC_FLUSH", "--runs", "2", "--sim-duration", "6", "--seed", "7",
-         "--no-report", "--out", "m"],  # relative, as scripts/run-comparison gives it
+         # --out relative, as scripts/run-comparison gives it
+         "--no-report", "--keep-stores", "all", "--out", "m"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "runs as Spark tasks on local[*]" in r.stdout
@@ -39,7 +40,7 @@ def test_a_sim_matrix_runs_as_spark_tasks_and_writes_the_same_run_directories(
     cfg = RunConfig(scenario=scenarios.get("master-crash"), role="SYNC_MASTER",
                     flush="ASYNC_FLUSH", seed=8, out_dir=str(tmp_path / "driver"),
                     backend="sim", sim_duration_s=6.0)
-    here = SimRun(cfg).execute()
+    here = make_run(cfg).execute()  # keeps its stores, as --keep-stores all
     there = out / "runs" / cfg.run_id
     assert tree_hashes(str(there)) == tree_hashes(here)
 

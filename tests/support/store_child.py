@@ -130,9 +130,8 @@ def main() -> int:
     )
     source = None
     if args.repair_from_dir:
-        from support.store_helpers import (
-            replica_files_source,  # a sibling: this file runs as a script
-        )
+        # A sibling module: this file runs as a script from tests/support/.
+        from store_helpers import replica_files_source  # type: ignore[import-not-found]
 
         source = replica_files_source(args.repair_from_dir)
     store = MessageStore.open(args.dir, config, failpoints=Failpoints(args.failpoints),
