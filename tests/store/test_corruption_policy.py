@@ -15,21 +15,25 @@ from pathlib import Path
 
 import pytest
 from support.store_helpers import (
+    REPAIR,
     SEG,
+    TRUNCATE,
     fill,
     flip_bit,
     ids,
     mark_abnormal,
     message,
+    names,
     patch,
     read_at,
     reopen,
     replica_files_source,
     run_child,
     snapshot,
+    without_lock_pid,
 )
 
-from store.config import TESTING, CorruptionPolicy
+from store.config import TESTING
 from store.log.checkpoint import Checkpoint, read_checkpoint
 from store.log.record import Message, encode
 from store.log.recovery import DamageKind, plan_recovery
@@ -37,19 +41,6 @@ from store.log.segments import segment_name
 from store.sim.manual_clock import ManualClock
 from store.status import PutStatus
 from store.store import CorruptionRefusedError, MessageStore
-
-TRUNCATE = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
-REPAIR = TESTING.with_(corruption_policy=CorruptionPolicy.REPAIR)
-
-
-def names(lo: int, hi: int) -> list[str | None]:
-    return [f"m{i:06d}" for i in range(lo, hi)]
-
-
-def without_lock_pid(snap: dict[str, str]) -> dict[str, str]:
-    # An open takes the lock, which writes its pid into `lock`; every other
-    # byte of the directory must be as it was.
-    return {k: v for k, v in snap.items() if k != "lock"}
 
 
 def flipped_store(tmp_path: Path, shutdown: str, n: int = 600, victim_at: int = SEG + 9000

@@ -22,22 +22,26 @@ from pathlib import Path
 
 import pytest
 from support.store_helpers import (
+    REPAIR,
     SEG,
+    TRUNCATE,
     fill,
     flip_bit,
     ids,
     locate,
     mark_abnormal,
     message,
+    names,
     patch,
     read_at,
     reopen,
     replica_files_source,
     run_child,
     snapshot,
+    without_lock_pid,
 )
 
-from store.config import TESTING, CorruptionPolicy
+from store.config import TESTING
 from store.log.checkpoint import END_AT, read_checkpoint
 from store.log.record import encode
 from store.log.recovery import DamageKind
@@ -45,17 +49,6 @@ from store.log.segments import segment_name
 from store.sim.manual_clock import ManualClock
 from store.store import CorruptionRefusedError, MessageStore
 from store.tools.inspect import inspect_store
-
-TRUNCATE = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
-REPAIR = TESTING.with_(corruption_policy=CorruptionPolicy.REPAIR)
-
-
-def names(lo: int, hi: int) -> list[str | None]:
-    return [f"m{i:06d}" for i in range(lo, hi)]
-
-
-def without_lock_pid(snap: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in snap.items() if k != "lock"}
 
 
 def zero_from(path: Path, offset: int) -> None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from store.config import TESTING, StoreConfig
+from store.config import TESTING, CorruptionPolicy, StoreConfig
 from store.log.record import BLANK_MAGIC, MESSAGE_MAGIC, UNIQ_KEY, Message, Record, peek
 from store.log.segments import segment_name
 from store.seams.clock import Clock
@@ -151,3 +151,18 @@ def run_child(args: Sequence[str], timeout_s: float = 60) -> subprocess.Complete
     """Run store_child.py to completion (for the short one-shot modes)."""
     return subprocess.run([sys.executable, str(CHILD), *args], capture_output=True, text=True,
                           timeout=timeout_s, check=False)
+
+
+TRUNCATE = TESTING.with_(corruption_policy=CorruptionPolicy.TRUNCATE)
+REPAIR = TESTING.with_(corruption_policy=CorruptionPolicy.REPAIR)
+
+
+def names(lo: int, hi: int) -> list[str | None]:
+    """The message ids fill() gives messages lo..hi-1."""
+    return [f"m{i:06d}" for i in range(lo, hi)]
+
+
+def without_lock_pid(snap: dict[str, str]) -> dict[str, str]:
+    """A snapshot without `lock`: an open writes its pid there; every other
+    byte of the directory must be as it was."""
+    return {k: v for k, v in snap.items() if k != "lock"}
