@@ -11,7 +11,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # 8 local runs and a Spark report: started first (tests/conftest.py)
 def test_matrix_then_report(tmp_path: str) -> None:
     out = os.path.join(tmp_path, "matrix")
     proc = subprocess.run(

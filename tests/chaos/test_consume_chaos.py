@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from support.chaos_runs import processes_mentioning, run_scenario
-from support.pipeline_fixtures import T0, make_run, one_spark_user, op, rec, spark  # noqa: F401
+from support.pipeline_fixtures import T0, make_run, op, rec, spark  # noqa: F401
 
 from chaos.check.consumption import figures
 from chaos.check.run_dirs import load_run
@@ -29,8 +29,7 @@ from chaos.schema import (
     write_jsonl,
 )
 
-pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
-              one_spark_user]
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 
 # ------------------------------------------------------------- fixtures

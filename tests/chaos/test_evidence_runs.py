@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.pipeline_fixtures import spark  # noqa: F401
 
 from chaos.check.summary import run_outcome
 from chaos.commands.run import make_run
@@ -79,7 +81,8 @@ def test_sync_master_put_oks_name_the_slave_that_covered_them(
         assert ack["acked"] >= h["offset"] + h["size"], h  # type: ignore[operator]
 
 
-def test_the_report_counts_the_breach_as_a_violation(tmp_path: Path) -> None:
+def test_the_report_counts_the_breach_as_a_violation(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
     """The report (chaos/report/pipeline.py) applies the same rule: the
     planted run is a violation with its breaches named, the fixed one is
     not."""

@@ -20,8 +20,10 @@ from typing import Any
 import pandas as pd
 import pytest
 from support.cli_helpers import dlab
+from support.pipeline_fixtures import spark  # noqa: F401
 from support.store_helpers import fill
 
+from chaos import cli
 from chaos.check.keep_decision import SAMPLE_ONE_IN, decide, divergence, sampled
 from chaos.check.kept_stores import first_difference
 from chaos.check.summary import run_outcome
@@ -213,14 +215,18 @@ def test_a_bad_keep_stores_value_is_refused_with_exit_2(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.xdist_group("spark")
 def test_the_report_over_kept_and_dropped_stores_says_which_it_reread(
-        tmp_path: Path, default_runs: tuple[Path, Path, Path]) -> None:
+        spark: Any, tmp_path: Path, default_runs: tuple[Path, Path, Path],  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlab report` in this process, on the suite's Spark session (a
+    subprocess would start a JVM of its own; tests/chaos/test_report_browser.py
+    runs the command as a subprocess)."""
     runs, lossy, clean = default_runs
     out = tmp_path / "report"
-    r = dlab("report", str(runs), "--out", str(out), timeout=600)
-    assert r.returncode in (0, 1), r.stderr
-    assert "Traceback" not in r.stderr
+    status = cli.main(["report", str(runs), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status in (0, 1), err
+    assert "Traceback" not in err
     verdicts = pd.read_csv(out / "verdicts.csv").set_index("run_id")
     assert verdicts.loc[lossy.name, "judged_from"] == "kept stores"
     assert verdicts.loc[clean.name, "judged_from"] == "read-back"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from support.pipeline_fixtures import make_run, one_spark_user, op, rec, spark  # noqa: F401
+from support.pipeline_fixtures import make_run, op, rec, spark  # noqa: F401
 
 from chaos import cli
 from chaos.check.kept_stores import first_difference, reread, store_dir
@@ -25,8 +25,7 @@ from chaos.harness.readback import read_back
 from chaos.schema import write_json, write_jsonl
 from store.log.record import UNIQ_KEY, V4_FIXED_SIZE, Message, encode
 
-pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
-              one_spark_user]
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 SEGMENT = 64 * 1024
 TS = 1_700_000_000_000

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.pipeline_fixtures import fault, make_run, one_spark_user, op, rec, spark  # noqa: F401
+from support.pipeline_fixtures import fault, make_run, op, rec, spark  # noqa: F401
 
 from chaos.check import outage
 from chaos.check.summary import outcome_line, run_outcome
@@ -73,7 +73,6 @@ def _outage_run(root: str, run_id: str, load_end: int, backend: str) -> str:
                     backend=backend)
 
 
-@one_spark_user
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811

@@ -20,7 +20,6 @@ from support.pipeline_fixtures import (  # noqa: F401
     fault,
     fixture_runs,
     make_run,
-    one_spark_user,
     op,
     rec,
     slave_ahead,
@@ -42,8 +41,7 @@ from chaos.report.pipeline import NoRunsError, _run_query, build_report, checker
 from chaos.schema import validate_run_dir
 
 # pyspark warns that it was not tested with pandas 3 when it first meets pandas.
-pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
-              one_spark_user]
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 MODES = list(promises.PROMISES)
 

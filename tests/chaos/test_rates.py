@@ -11,13 +11,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from support.pipeline_fixtures import make_run, one_spark_user, op, rec, spark  # noqa: F401
+from support.pipeline_fixtures import make_run, op, rec, spark  # noqa: F401
 
 from chaos.check.rates import rate_cell, wilson_interval
 from chaos.report.pipeline import build_report
 
-pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
-              one_spark_user]
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 
 @pytest.mark.parametrize(("k", "n", "low", "high"), [

@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 from support.chaos_runs import run_scenario
-from support.pipeline_fixtures import fixture_runs, one_spark_user, spark  # noqa: F401
+from support.pipeline_fixtures import fixture_runs, spark  # noqa: F401
 
 from chaos.report.pipeline import build_report
 from chaos.schema import read_jsonl
 
-pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
-              one_spark_user]
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 WIDTH = 1400
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")

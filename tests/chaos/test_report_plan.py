@@ -46,6 +46,7 @@ def _interrupt_after_first_run(out: str) -> None:
     assert proc.returncode != 0  # interrupted, not finished
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 @pytest.mark.timeout(900)  # a few local runs, then a Spark report
 def test_a_report_over_an_interrupted_matrix_names_the_missing_runs(tmp_path: str) -> None:
     out = os.path.join(tmp_path, "m")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from support.pipeline_fixtures import make_run, one_spark_user, op, rec, slave_ahead, spark  # noqa: F401
+from support.pipeline_fixtures import make_run, op, rec, slave_ahead, spark  # noqa: F401
 
 from chaos.check import promises, summary
 from chaos.check.run_dirs import load_run
@@ -86,7 +86,6 @@ def _make_runs(root: str) -> dict[str, tuple[str, str, bool, bool]]:
     return runs
 
 
-@one_spark_user
 @pytest.mark.timeout(900)  # a JVM and a report of 16 runs, on a loaded machine
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 def test_every_checker_judges_every_combination_alike(spark: Any,  # noqa: F811

@@ -92,15 +92,17 @@ def make_run(
     return run_dir
 
 
-# Under pytest-xdist (scripts/test) each worker would start its own JVM for
-# the fixture below; the modules using it share one worker, and one JVM.
-one_spark_user = pytest.mark.xdist_group("spark")
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local Spark for the whole test session (start-up costs ~10 s)."""
-    with spark_session("local[2]") as session:
+    """One local Spark for the whole test session (start-up costs ~10 s).
+    Under pytest-xdist (scripts/test) every test using it, directly or
+    through another fixture, runs on one worker, so one JVM serves them all
+    (tests/conftest.py puts them in the xdist group "spark"). A test that
+    reports through Spark takes this fixture: without it, build_report
+    starts and stops a JVM of its own."""
+    # Its reports are all of small inputs: the quick JIT alone, as
+    # build_report gives such a report's own JVM (chaos/spark_session.py).
+    with spark_session("local[2]", short_job=True) as session:
         yield session
 
 
