@@ -100,9 +100,7 @@ def spark() -> Iterator[Any]:
     (tests/conftest.py puts them in the xdist group "spark"). A test that
     reports through Spark takes this fixture: without it, build_report
     starts and stops a JVM of its own."""
-    # Its reports are all of small inputs: the quick JIT alone, as
-    # build_report gives such a report's own JVM (chaos/spark_session.py).
-    with spark_session("local[2]", short_job=True) as session:
+    with spark_session("local[2]") as session:
         yield session
 
 
