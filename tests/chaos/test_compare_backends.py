@@ -97,13 +97,16 @@ def test_a_sync_flush_loss_on_one_backend_is_a_disagreement() -> None:
     assert q["local"] == {"holds": False, "runs_losing": 1, "runs": 10}
 
 
+@pytest.mark.timeout(900)  # the main job in small, with Spark twice: margin for a loaded machine
 def test_compare_backends_runs_both_backends_and_prints_both_rates(tmp_path: Path) -> None:
     """A small version: one crash scenario, one local run and two sim runs
-    of 6 s per mode, and the report over both, its steps shown as they go."""
+    per mode at a light load (2 producers x 25 puts/s, the scenario's 6 s
+    on both sides), and the report over both, its steps shown as they go."""
     out = tmp_path / "cmp"
     r = subprocess.run(
         [sys.executable, "-m", "chaos.cli", "chaos", "compare-backends", "--scenarios",
-         "master-crash-unflushed", "--runs", "2", "--out", str(out)],
+         "master-crash-unflushed", "--runs", "2", "--producers", "2", "--rate", "25",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert r.returncode in (0, 1, 3), r.stdout[-3000:] + r.stderr[-3000:]
     with open(out / "agreement.json", encoding="utf-8") as f:
@@ -123,6 +126,11 @@ def test_compare_backends_runs_both_backends_and_prints_both_rates(tmp_path: Pat
     assert f"report: {out / 'report' / 'report.html'}" in r.stdout
     assert "report.md" not in r.stdout
     assert "1. which modes lose acknowledged messages from the recovered master:" in r.stdout
+    # Both sides ran the same load, and the sim this machine's timings.
+    assert "workload on both sides: 2 producers x 25 puts/s (50 puts/s offered)" in r.stdout
+    assert "this machine, for the sim side: fsync median" in r.stdout
+    assert cmp["experiment"]["offered_puts_per_s"] == 50.0
+    assert cmp["experiment"]["timings"]["put_us"] > 0
     assert "master-crash-unflushed" in r.stdout and "0/2 (0–" in r.stdout and "/1 (" in r.stdout
     # One report can read both sides: no run id is on both.
     assert not {d.name for d in (out / "local" / "runs").iterdir()} & {
