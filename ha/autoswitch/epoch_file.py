@@ -71,8 +71,12 @@ def encode(epochs: EpochList) -> bytes:
 
 
 def _whole_number(text: str, what: str) -> int:
-    if not text.isdigit() or not text.isascii():
-        raise EpochFileCorruptError(f"{what} {text[:40]!r} is not a whole number")
+    """A number as `encode` writes it: ASCII digits, no sign, no leading
+    zero (so one list has one encoding, and what decodes re-encodes to the
+    same bytes)."""
+    if not text.isdigit() or not text.isascii() or (len(text) > 1 and text[0] == "0"):
+        raise EpochFileCorruptError(f"{what} {text[:40]!r} is not a whole number "
+                                    "written plainly")
     return int(text)
 
 
@@ -146,36 +150,35 @@ class EpochFile:
         tmp = self.path + TMP_SUFFIX
         if self.disk.exists(tmp):
             self.disk.unlink(tmp)  # a write a crash stopped before its rename
-        main_problem = self._problem(self.path)
-        if main_problem is None:
-            return Loaded(decode(self.disk.read_file(self.path)), "main")
-        bak = self.path + BAK_SUFFIX
-        bak_problem = self._problem(bak)
-        if bak_problem is None:
-            return Loaded(decode(self.disk.read_file(bak)), "bak",
-                          f"epoch file {self.path} {main_problem}: read its backup {bak}")
-        if not self.disk.exists(self.path) and not self.disk.exists(bak):
+        main = self._read(self.path)
+        if isinstance(main, EpochList):
+            return Loaded(main, "main")
+        bak_path = self.path + BAK_SUFFIX
+        bak = self._read(bak_path)
+        if isinstance(bak, EpochList):
+            return Loaded(bak, "bak", f"epoch file {self.path} {main}: read its backup "
+                                      f"{bak_path}")
+        if not self.disk.exists(self.path) and not self.disk.exists(bak_path):
             return Loaded(EpochList(), "none")
         if self.in_place:
             # RocketMQ: initCacheFromFile's IOException is logged and the
             # cache stays empty, so the broker rejoins as a new replica.
             return Loaded(EpochList(), "none",
-                          f"epoch file {self.path} {main_problem} and {bak} {bak_problem}: "
+                          f"epoch file {self.path} {main} and {bak_path} {bak}: "
                           "starting with no epochs (RocketMQ's behaviour)")
         raise EpochFileError(
-            f"epoch file {self.path} {main_problem}, and its backup {bak} {bak_problem}. "
+            f"epoch file {self.path} {main}, and its backup {bak_path} {bak}. "
             "The broker cannot tell which epochs its log holds: restore the file from a "
             "copy, or remove both and the store's log to rejoin as a new replica")
 
-    def _problem(self, path: str) -> str | None:
-        """Why `path` cannot be read as an epoch file, or None."""
+    def _read(self, path: str) -> EpochList | str:
+        """The list `path` holds, or why it cannot be read."""
         if not self.disk.exists(path):
             return "does not exist"
         try:
-            decode(self.disk.read_file(path))
+            return decode(self.disk.read_file(path))
         except EpochFileCorruptError as exc:
             return f"is unreadable ({exc})"
-        return None
 
     # --------------------------------------------------------------- write
     def replace(self, epochs: EpochList) -> None:

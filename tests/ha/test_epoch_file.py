@@ -27,7 +27,7 @@ from ha.autoswitch.epoch_file import (
     decode,
     encode,
 )
-from ha.autoswitch.epochs import EpochList
+from ha.autoswitch.epochs import EpochEntry, EpochList, EpochOrderError
 from ha.autoswitch.rejoin import RejoinKind, decide
 from store.emulate import RMQ_EPOCH_IN_PLACE
 from store.failpoints import Failpoints
@@ -76,9 +76,28 @@ def test_a_file_whose_entries_are_out_of_order_is_refused() -> None:
         decode(data)
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=80) | st.builds(
-    lambda cut, flip: _damaged(cut, flip), st.integers(0, 60), st.integers(0, 255)))
+def _with_crc(lines: list[str], count: int | None) -> bytes:
+    """A file whose CRC is right, whatever its lines say."""
+    body = "".join(line + "\n" for line in lines).encode()
+    n = len(lines) if count is None else count
+    return f"{n}\n{zlib.crc32(body) & 0x7FFFFFFF}\n".encode() + body
+
+
+FUZZED = (st.binary(max_size=80)
+          | st.builds(lambda cut, flip: _damaged(cut, flip), st.integers(0, 60),
+                      st.integers(0, 255))
+          | st.builds(_with_crc, st.lists(st.text("0123456789-\r ", max_size=8), max_size=5),
+                      st.none() | st.integers(0, 6)))
+
+
+def test_a_number_not_written_plainly_is_refused() -> None:
+    for lines in (["01-0"], ["1-00"], ["+1-0"], ["1- 0"]):
+        with pytest.raises(EpochFileCorruptError, match="written plainly"):
+            decode(_with_crc(lines, None))
+
+
+@settings(max_examples=600, deadline=None)
+@given(FUZZED)
 def test_decode_fuzzed_decodes_or_raises_corrupt_record_error_nothing_else(data: bytes
                                                                            ) -> None:
     try:
@@ -125,6 +144,25 @@ def test_both_unreadable_is_an_error_naming_them_or_under_the_switch_no_epochs(
         _file(disk, path)
     f = _file(disk, path, IN_PLACE)
     assert f.epochs == EpochList() and f.note and "RocketMQ's behaviour" in f.note
+
+
+def test_becoming_master_appending_and_truncating_are_each_durable_at_return() -> None:
+    """Each change is written before it returns (a power cut right after
+    keeps it); a refused one changes neither the list nor the file."""
+    disk = MemoryDisk(random.Random(4))
+    disk.makedirs(ROOT)
+    f = _file(disk, PATH)
+    f.begin_epoch(1, 0)
+    f.append(EpochEntry(2, 4096))
+    assert _file(disk.crash(), PATH).epochs == E((1, 0), (2, 4096))
+    disk = disk.crash()
+    f = _file(disk, PATH)
+    with pytest.raises(EpochOrderError):
+        f.begin_epoch(1, 9000)
+    assert f.epochs == E((1, 0), (2, 4096))
+    f.begin_epoch(5, 9000)
+    f.truncate_from(4096)
+    assert _file(disk.crash(), PATH).epochs == E((1, 0))
 
 
 # -------------------------------------------- crash-safe writes, MemoryDisk
@@ -193,6 +231,35 @@ def test_emulated_a_kill_during_the_in_place_rewrite_leaves_an_empty_file_caught
     got = _file(RealDisk(), path, IN_PLACE)
     assert (got.epochs, got.loaded_from) == (OLD, "bak")
     assert got.note is not None and "cut short" in got.note
+
+
+def test_emulated_a_kill_after_the_backup_copy_leaves_the_old_file_whole(tmp_path: Path
+                                                                         ) -> None:
+    """Killed between the .bak copy and the overwrite: the file is the old
+    one, read as it is; the backup holds the same bytes."""
+    path = str(tmp_path / "epochFileCheckpoint")
+    _file(RealDisk(), path, IN_PLACE).replace(OLD)
+    run_child("save", "--path", path, "--entries", entries_arg(NEW), "--emulate",
+              RMQ_EPOCH_IN_PLACE, failpoint="epoch_file_before_overwrite")
+    assert (tmp_path / f"epochFileCheckpoint{BAK_SUFFIX}").read_bytes() == encode(OLD)
+    got = _file(RealDisk(), path, IN_PLACE)
+    assert (got.epochs, got.loaded_from) == (OLD, "main")
+
+
+@pytest.mark.parametrize("failpoint", ["epoch_file_before_overwrite",
+                                       "epoch_file_mid_overwrite"])
+def test_emulated_memory_disk_a_kill_at_each_failpoint_reads_the_old_list(failpoint: str
+                                                                          ) -> None:
+    """A kill keeps the page cache: at either point of the in-place
+    rewrite the read finds the old list (from the file, or from .bak when
+    the file was already emptied)."""
+    disk = MemoryDisk(random.Random(2))
+    disk.makedirs(ROOT)
+    _file(disk, PATH, IN_PLACE).replace(OLD)
+    assert run_crashing(lambda fp: _file(disk, PATH, IN_PLACE, fp).replace(NEW), failpoint)
+    got = _file(disk, PATH, IN_PLACE)
+    assert (got.epochs, got.loaded_from) == (
+        OLD, "main" if failpoint == "epoch_file_before_overwrite" else "bak")
 
 
 def _in_place_history(disk: MemoryDisk, path: str, write_back_bak: bool) -> None:
