@@ -15,7 +15,9 @@ The switch points say in a comment what the real fix was:
 - rmq-10666 store/log/commitlog.py CommitLog.truncate_to
 - rmq-405   store/store.py _reput_floor and MessageStore._drain_dispatch
 - rmq-epoch-in-place  ha/autoswitch/epoch_file.py EpochFile._write_in_place
-  (RocketMQ 5's epoch file rewritten in place; no upstream issue number)
+  (RocketMQ 5's epoch file rewritten in place; no upstream issue number.
+  Library only so far: no node keeps an epoch file yet, so a node or run
+  given this switch behaves as without it)
 
 Planted faults are switches of the same kind that re-introduce no
 RocketMQ bug: defects written on purpose to show that the lab catches a
