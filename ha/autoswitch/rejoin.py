@@ -37,6 +37,11 @@ from ha.autoswitch.epochs import EpochList, last_common_point
 from store.store import MessageStore
 
 
+class MasterEpochsError(ValueError):
+    """The master's handshake contradicts itself (a remote error: the
+    master's state or its message is wrong, not this replica's)."""
+
+
 class RejoinKind(enum.Enum):
     NEW_REPLICA = "new-replica"  # no epochs: nothing truncated, replicate from the end
     TRUNCATE = "truncate"  # cut at the last common point (maybe at the log's end: no cut)
@@ -56,7 +61,14 @@ class RejoinDecision:
 def decide(local: EpochList, local_max_offset: int,
            master: EpochList, master_max_offset: int) -> RejoinDecision:
     """The handshake's decision (epochs.py states the rule). Asserts the
-    point is within the replica's log: it is the end of one of its epochs."""
+    point is within the replica's log: it is the end of one of its epochs.
+    MasterEpochsError when the master's max offset is negative or before its
+    last epoch's start."""
+    last = master.last
+    if master_max_offset < 0 or (last is not None and last.start_offset > master_max_offset):
+        raise MasterEpochsError(
+            f"the master sent max offset {master_max_offset} with epochs {master}: its last "
+            "epoch cannot start past its log's end; not truncating on its word")
     if not local.entries:
         return RejoinDecision(RejoinKind.NEW_REPLICA,
                               reason="the replica has no epochs: a new replica")

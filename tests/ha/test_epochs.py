@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ha.autoswitch.epochs import EpochEntry, EpochList, EpochOrderError, last_common_point
-from ha.autoswitch.rejoin import RejoinKind, decide
+from ha.autoswitch.rejoin import MasterEpochsError, RejoinKind, decide
 
 E = EpochList.of
 
@@ -65,6 +65,15 @@ def test_rule_no_common_epoch_is_refused() -> None:
     d = decide(E((2, 50)), 80, E((1, 0), (3, 60)), 90)
     assert d.kind is RejoinKind.NO_COMMON_POINT and d.truncate_to is None
     assert "refusing" in d.reason
+
+
+def test_a_master_whose_max_offset_precedes_its_last_epoch_is_refused_as_its_error() -> None:
+    """The master's word is checked before anything is cut: a last epoch
+    starting past its own log's end is a contradiction (a remote error)."""
+    with pytest.raises(MasterEpochsError, match="max offset 90 with epochs"):
+        decide(E((1, 0)), 180, E((1, 0), (3, 150)), 90)
+    with pytest.raises(MasterEpochsError):
+        decide(E((1, 0)), 180, E((1, 0)), -1)
 
 
 def test_rule_the_last_local_epoch_ends_at_the_log_and_entries_past_it_do_not_count() -> None:
