@@ -12,8 +12,9 @@ sending --rate puts a second, the same body sizes), for the same time (the
 scenario's load_s), with the same fault schedule per seed. The sim side is
 given this machine's timings (chaos/harness/timings.py): the fsync latency
 measured on the results directory's disk before the runs, and the node's
-time per put from the local runs, so that an fsync is in flight in a sim
-run as often as in a local one.
+time per put and a node's start time from the local runs, so that an fsync
+is in flight in a sim run as often as in a local one and a restarted node
+is down as long.
 
 Per question and mode, each backend's rate is k of n runs (pooled over the
 scenarios; the 95 % Wilson interval of chaos/check/rates.py), and the two
@@ -45,7 +46,12 @@ from typing import Any
 from chaos.check.rates import fisher_exact_p, rate_cell, runs_to_decide, wilson_interval
 from chaos.harness import scenarios
 from chaos.harness.run_config import FLUSHES, ROLES, KeepStores, RunConfig
-from chaos.harness.timings import MachineTimings, measure_fsync_us, put_us_from_history
+from chaos.harness.timings import (
+    MachineTimings,
+    measure_fsync_us,
+    put_us_from_history,
+    start_us_from_faults,
+)
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.grid import MatrixConfig
 from chaos.matrix.launch import keep_stores_option, results_dir, scenario_list
@@ -230,6 +236,15 @@ def measured_put_us(local: Sequence[tuple[RunConfig, SweepRun]], net_us: tuple[f
     return round(max(0.0, found[len(found) // 2] - (net_us[0] + net_us[1])), 1)
 
 
+def measured_start_us(local: Sequence[tuple[RunConfig, SweepRun]]) -> float:
+    """The median time a node took to start in the local runs' `start`
+    steps (0 when none started a node)."""
+    found = sorted(us for _, run in local if run.run_dir is not None
+                   for us in start_us_from_faults(
+                       read_jsonl(os.path.join(run.run_dir, "faults.jsonl"))))
+    return found[len(found) // 2] if found else 0.0
+
+
 def cmd_compare_backends(args: argparse.Namespace) -> int:
     names = args.scenarios or list(scenarios.QUICK_MATRIX)
     args.scenarios = names
@@ -252,7 +267,8 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
     failed = len(outcome.failed)
     net_us = MachineTimings(fsync_us=fsync_us, put_us=0.0).net_us
     put_us = measured_put_us(results["local"], net_us)
-    timings = MachineTimings(fsync_us=fsync_us, put_us=put_us or 0.0)
+    timings = MachineTimings(fsync_us=fsync_us, put_us=put_us or 0.0,
+                             start_us=measured_start_us(results["local"]))
     print(f"this machine, for the sim side: {timings.describe()}"
           + ("" if put_us is not None else " (no local PUT_OK to measure the put time from)"),
           flush=True)

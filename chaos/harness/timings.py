@@ -18,7 +18,11 @@ this machine instead and gives both of its sides the same timings:
   round trip of a put nothing waited on, ASYNC_MASTER + ASYNC_FLUSH before
   the first fault);
 - `net_us`: the one-way delay of a message between two processes on this
-  machine's loopback (low, high; drawn uniformly per message).
+  machine's loopback (low, high; drawn uniformly per message);
+- `start_us`: how long a node takes to start (a process, its store's
+  recovery, its server), from the local runs' `start` faults: a sim start
+  step waits that long, the node down meanwhile, so the time without a
+  writable master means the same on both sides.
 
 The timings are recorded in every sim run's params.json (RunConfig), so a
 replay uses the recorded ones, not the replaying machine's.
@@ -51,12 +55,13 @@ class MachineTimings:
     fsync_us: tuple[float, ...]
     put_us: float
     net_us: tuple[float, float] = LOOPBACK_NET_US
+    start_us: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.fsync_us) < 2 or any(b < a for a, b in zip(self.fsync_us, self.fsync_us[1:],
                                                              strict=False)):
             raise ValueError("fsync_us must be at least two quantiles, in increasing order")
-        if self.fsync_us[0] < 0 or self.put_us < 0:
+        if self.fsync_us[0] < 0 or self.put_us < 0 or self.start_us < 0:
             raise ValueError("timings must not be negative")
         if not 0 <= self.net_us[0] <= self.net_us[1]:
             raise ValueError("net_us must be (low, high) with 0 <= low <= high")
@@ -76,21 +81,27 @@ class MachineTimings:
     def put_s(self) -> float:
         return self.put_us / 1e6
 
+    @property
+    def start_s(self) -> float:
+        return self.start_us / 1e6
+
     def as_record(self) -> dict[str, Any]:
         return {"fsync_us": list(self.fsync_us), "put_us": self.put_us,
-                "net_us": list(self.net_us)}
+                "net_us": list(self.net_us), "start_us": self.start_us}
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> MachineTimings:
         return cls(fsync_us=tuple(float(v) for v in rec["fsync_us"]),
                    put_us=float(rec["put_us"]),
-                   net_us=(float(rec["net_us"][0]), float(rec["net_us"][1])))
+                   net_us=(float(rec["net_us"][0]), float(rec["net_us"][1])),
+                   start_us=float(rec.get("start_us", 0.0)))
 
     def describe(self) -> str:
         q = self.fsync_us
         return (f"fsync median {q[len(q) // 2]:.0f} µs (10-90 %: {q[1]:.0f}-{q[-2]:.0f} µs), "
                 f"node time per put {self.put_us:.0f} µs, network one way "
-                f"{self.net_us[0]:.0f}-{self.net_us[1]:.0f} µs")
+                f"{self.net_us[0]:.0f}-{self.net_us[1]:.0f} µs, a node start "
+                f"{self.start_us / 1000:.0f} ms")
 
 
 def quantiles(samples: Iterable[float], n: int = QUANTILES) -> tuple[float, ...]:
@@ -130,3 +141,10 @@ def put_us_from_history(rows: Iterable[Mapping[str, Any]], before_ms: int | None
            if r.get("status") == "PUT_OK" and r.get("invoke_us") is not None
            and (before_ms is None or r["invoke_ms"] < before_ms)]
     return float(statistics.median(lat)) if lat else None
+
+
+def start_us_from_faults(rows: Iterable[Mapping[str, Any]]) -> list[float]:
+    """How long each `start` fault of a run took (µs): from the step to the
+    node answering again."""
+    return [float(r["end_ms"] - r["start_ms"]) * 1000 for r in rows
+            if r.get("kind") == "start" and r.get("end_ms") is not None]

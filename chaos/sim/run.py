@@ -323,6 +323,9 @@ class SimRun(RunBase):
 
     async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
                      detail: str | None) -> None:
+        timings = self.cfg.sim_timings
+        if timings is not None and timings.start_us:
+            await asyncio.sleep(timings.start_s)  # the process starting: the node is down
         if name == self.master:
             self._slave_offsets = {s: w for s in self.slaves
                                    if (w := cluster.wrote(s)) is not None}

@@ -21,7 +21,7 @@ from chaos.schema import load_json_file, read_jsonl
 # A slow put path (2 ms a put) and a slow disk (20-40 ms an fsync): both
 # show in the latencies beyond the sim's own network delays.
 SLOW = MachineTimings(fsync_us=(20_000.0, 30_000.0, 40_000.0), put_us=2_000.0,
-                      net_us=(50.0, 60.0))
+                      net_us=(50.0, 60.0), start_us=700_000.0)
 
 
 def _run(out: Path, flush: str, timings: MachineTimings | None) -> str:
@@ -45,6 +45,18 @@ def test_puts_and_flushes_take_the_machines_times(tmp_path: Path) -> None:
     assert synchronous and min(synchronous) >= 20.0
     drawn = _latencies_ms(_run(tmp_path / "d", "SYNC_FLUSH", None))
     assert sorted(drawn)[len(drawn) // 2] < 20.0  # without them, the run's drawn disk speed
+
+
+def test_a_node_takes_the_machines_start_time_to_come_back(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path / "a", "ASYNC_FLUSH", SLOW)
+    starts = [f for f in read_jsonl(os.path.join(run_dir, "faults.jsonl"))
+              if f["kind"] == "start"]
+    assert starts and all(f["end_ms"] - f["start_ms"] == 700 for f in starts)
+    # Meanwhile the master is down: no put was acknowledged in that time.
+    (start,) = starts
+    assert not [r for r in read_jsonl(os.path.join(run_dir, "history.jsonl"))
+                if r["status"] == "PUT_OK" and start["start_ms"] < r["invoke_ms"]
+                and r["complete_ms"] < start["end_ms"]]
 
 
 def test_the_load_lasts_the_scenarios_load_time_as_on_real_nodes(tmp_path: Path) -> None:

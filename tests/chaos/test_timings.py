@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from chaos.check.rates import fisher_exact_p, runs_to_decide
-from chaos.harness.timings import MachineTimings, measure_fsync_us, put_us_from_history, quantiles
+from chaos.harness.timings import (
+    MachineTimings,
+    measure_fsync_us,
+    put_us_from_history,
+    quantiles,
+    start_us_from_faults,
+)
 
 
 def test_fisher_exact_matches_known_tables() -> None:
@@ -46,12 +52,16 @@ def test_fsync_draws_follow_the_measured_quantiles() -> None:
     assert 0.45 < below < 0.55  # the median quantile splits the draws in two
     assert t.put_s == pytest.approx(150e-6)
     assert MachineTimings.from_record(t.as_record()) == t
+    # A record from before start times were measured reads as 0.
+    older = {k: v for k, v in t.as_record().items() if k != "start_us"}
+    assert MachineTimings.from_record(older).start_us == 0.0
 
 
 @pytest.mark.parametrize("fields", [
     {"fsync_us": (5.0,), "put_us": 1.0},
     {"fsync_us": (5.0, 4.0), "put_us": 1.0},
     {"fsync_us": (1.0, 2.0), "put_us": -1.0},
+    {"fsync_us": (1.0, 2.0), "put_us": 1.0, "start_us": -5.0},
     {"fsync_us": (1.0, 2.0), "put_us": 1.0, "net_us": (3.0, 2.0)},
 ])
 def test_impossible_timings_are_refused(fields: dict[str, object]) -> None:
@@ -74,3 +84,10 @@ def test_put_time_is_the_median_round_trip_before_the_fault() -> None:
     assert put_us_from_history(rows, before_ms=10) == 200.0
     assert put_us_from_history(rows, before_ms=None) == 250.0
     assert put_us_from_history(rows, before_ms=0) is None
+
+
+def test_start_time_is_each_start_steps_duration() -> None:
+    rows = [{"kind": "kill", "start_ms": 0, "end_ms": None},
+            {"kind": "start", "start_ms": 100, "end_ms": 1190},
+            {"kind": "start", "start_ms": 5000, "end_ms": None}]
+    assert start_us_from_faults(rows) == [1_090_000.0]
