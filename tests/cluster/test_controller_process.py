@@ -338,7 +338,7 @@ def test_malformed_requests_and_names_are_refused_clearly(
 
 
 # ---------------------------------------------------------------- the CLI
-def test_status_reports_health_and_state_and_json(
+def test_status_reports_health_and_state_and_an_operator_elects(
         tmp_path: Path, controllers: list[Controller]) -> None:
     # A long timeout: the master must stay while `dlab` subprocesses start.
     ctl = start_controller(tmp_path, tmp_path / "ctl", heartbeat_timeout_ms=600_000)
@@ -365,6 +365,16 @@ def test_status_reports_health_and_state_and_json(
     assert nobody.returncode == 1 and "does not answer" in nobody.stderr
     for r in (wrong, nobody):
         assert "Traceback" not in r.stderr
+    # An operator's election: the preferred live SyncStateSet member wins.
+    moved = dlab("controller", "elect", "--address", ctl.address, "--token-file", token,
+                 "--broker", "2", "--json", timeout=60)
+    assert moved.returncode == 0, moved.stderr
+    decision = json.loads(moved.stdout)
+    assert (decision["outcome"], decision["master_id"], decision["master_epoch"],
+            decision["sync_state_set"]) == ("master_elected", 2, 2, [2])
+    stays = dlab("controller", "elect", "--address", ctl.address, "--token-file", token,
+                 timeout=60)
+    assert stays.returncode == 0 and stays.stdout.startswith("master_still_alive"), stays
 
 
 def test_help_teaches() -> None:
