@@ -43,6 +43,9 @@ ADDRESS_MAX_LENGTH = 255
 # Ids, epochs and offsets above this are not ones a broker could hold.
 MAX_NUMBER = (1 << 62)
 MAX_SET_SIZE = 64
+# A broker set holds a handful of replicas; the cap keeps the state file
+# (rewritten whole on every change) small however many names are sent.
+MAX_BROKERS = 64
 
 
 class BadRequest(ValueError):
@@ -141,7 +144,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
             raise AssertionError("abort returns only by raising") from None
 
     async def RegisterBroker(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return await self._apply(lambda: (Register(broker_name(request.name)), ""), context)
+        name = request.name
+        state = self.core.state
+        if len(state.members) >= MAX_BROKERS and state.member_named(name) is None:
+            log.warning("refused to register %r from %s: %d brokers already", name[:80],
+                        context.peer(), len(state.members))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"the broker set already has {MAX_BROKERS} brokers, the most "
+                                "one controller keeps; register a known name or use another "
+                                "controller")
+        return await self._apply(lambda: (Register(broker_name(name)), ""), context)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
         def build() -> tuple[Request, str]:

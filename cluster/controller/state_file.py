@@ -106,6 +106,10 @@ class ControllerStateFile:
         """Make `state` the file's, durably before returning (module docstring)."""
         assert self._lock is not None, "save() before open()"
         data = to_json(state).encode("utf-8")
+        if len(data) > MAX_STATE_BYTES:
+            # Never write what the next start would refuse to read.
+            raise OSError(f"the state would take {len(data)} bytes, over the "
+                          f"{MAX_STATE_BYTES} a start reads")
         tmp = self.path + TMP_SUFFIX
         if self.disk.exists(tmp):
             self.disk.unlink(tmp)

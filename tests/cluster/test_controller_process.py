@@ -26,6 +26,7 @@ from support.cli_helpers import REPO, dlab
 
 from cluster.backends.procs import free_ports
 from cluster.controller.client import ControllerClient
+from cluster.controller.servicer import MAX_BROKERS
 from cluster.controller.state_file import STATE_FILE
 from cluster.node.auth import write_token_file
 from proto import controller_pb2
@@ -331,6 +332,14 @@ def test_malformed_requests_and_names_are_refused_clearly(
         unknown = client.heartbeat(9)
         assert (unknown.outcome, unknown.refusal) == ("refused", "not_registered")
         assert [m.name for m in client.metadata().members] == ["b1"]
+        # A bounded set: the state file stays small whatever names are sent.
+        for i in range(2, MAX_BROKERS + 1):
+            assert client.register(f"b{i}").broker_id == i
+        with pytest.raises(grpc.RpcError) as err:
+            client.register("one-too-many")
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"already has {MAX_BROKERS} brokers" in (err.value.details() or "")
+        assert client.register("b7").rejoined  # a known name still registers
     # A name is data, never a path: nothing was created for any of them.
     assert sorted(os.listdir(ctl.state_dir)) == ["controller-state.json", "lock"]
     assert not (tmp_path / "etc").exists()

@@ -27,7 +27,7 @@ from ha.controller.messages import (
     Register,
 )
 from ha.controller.persist import from_json
-from ha.controller.state import ControllerState
+from ha.controller.state import ControllerState, Member
 from store.sim.manual_clock import ManualClock
 from store.sim.memory_disk import MemoryDisk
 
@@ -130,3 +130,15 @@ def test_the_liveness_scan_runs_on_the_given_clock() -> None:
     assert isinstance(decisions[0], MasterDown) and decisions[0].broker_id == 1
     assert isinstance(decisions[1], MasterElected) and decisions[1].master == 2
     assert _reopened(disk.crash()).master == 2  # and it was written
+
+
+def test_a_state_too_large_to_read_back_is_never_written() -> None:
+    disk = MemoryDisk(random.Random(6))
+    f = ControllerStateFile(DIR, disk=disk)
+    f.open()
+    n = 12_000
+    big = ControllerState(members=tuple(Member(f"{i:064d}", i) for i in range(1, n + 1)),
+                          next_id=n + 1)
+    with pytest.raises(OSError, match="over the 1048576 a start reads"):
+        f.save(big)
+    assert not disk.exists(PATH)
