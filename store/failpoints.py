@@ -44,6 +44,8 @@ KNOWN = {
     "reput_before_dispatch": "any: the consume-side service's dispatch pass found records, "
                              "before dispatching them (delay: a stalled reput service; "
                              "reads serve what was dispatched meanwhile)",
+    "slave_after_report": "slave: a report of a new offset written to the master",
+    "after_put_answered": "master: a put's answer handed to the client's connection",
     "flush_fsync": "any: a flush's fsync (eio: it fails with EIO and what it was to make "
                    "durable is discarded, as Linux drops dirty pages after a failed writeback)",
 }
@@ -80,6 +82,9 @@ class Failpoints:
         self._stall = stall
         self._armed: dict[str, _Armed] = {}
         self.fired: list[str] = []
+        # Told the name of every failpoint passed, armed or not (an
+        # exploration's crash points, chaos/explore/); None: nobody listens.
+        self.observe: Callable[[str], None] | None = None
         for item in filter(None, (p.strip() for p in spec.split(","))):
             name, sep, rest = item.partition("=")
             if not sep:
@@ -124,6 +129,8 @@ class Failpoints:
         """Count a pass through `name`; on its N-th, act. The `eio` action
         calls `on_eio` (what the fault does to the bytes: the caller's
         model of a failed writeback), then raises InjectedEIOError."""
+        if self.observe is not None:
+            self.observe(name)
         if not self._armed:
             return
         fp = self._armed.get(name)
@@ -154,6 +161,11 @@ class Failpoints:
 
     def armed(self, name: str) -> bool:
         return name in self._armed
+
+    def watched(self, name: str) -> bool:
+        """Whether passing `name` does anything (armed, or observed): a
+        caller may skip the work of reaching a failpoint nobody watches."""
+        return self.observe is not None or name in self._armed
 
     def delays(self) -> bool:
         """Whether any failpoint is armed with a `delay` action."""
