@@ -53,7 +53,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     results_dir(args.out)
     workers = args.workers or os.cpu_count() or 1
     counts, findings = explore(opts, args.out, workers=workers,
-                               log=lambda s: print(s, flush=True))
+                               log=lambda s: print(s, flush=True),
+                               spark_master=args.spark_master)
     print(f"{opts.mode}: {counts.crash_points} crash points, {counts.states} disk states "
           f"explored in {counts.runs} runs, {counts.pruned} pruned as equivalent, "
           f"{counts.cut} past the bound; {counts.seconds:.0f} s")
@@ -113,7 +114,7 @@ def register(csub: Any) -> None:
     p.add_argument("--fsync-ms", type=positive_float, default=5.0,
                    help="how long the disk's fsync takes, each 0.5-1.5 times it (default "
                    "%(default)s: a busy disk, so replication overtakes the flush)")
-    p.add_argument("--max-disk-states", type=positive_int, default=64,
+    p.add_argument("--max-disk-states", type=positive_int, default=256,
                    help="at most this many disk states per crash point and target (default "
                    "%(default)s); the output says how many fell past it")
     p.add_argument("--targets", default="master,slave,both",
@@ -124,6 +125,10 @@ def register(csub: Any) -> None:
                    "3,10-14; default: every one)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes running the runs (default: one per CPU)")
+    p.add_argument("--spark-master", default=None, metavar="URL",
+                   help="run the runs as Spark tasks on this master (local[*]: every core "
+                   "here; a cluster URL: OUT must be at the same path on every executor); "
+                   "default: a process pool of --workers")
     p.add_argument("--out", default="dlab-explore", metavar="DIR",
                    help="directory for explore.json, the reference run and the cases "
                    "(default %(default)s)")

@@ -3,8 +3,9 @@ target and disk state (chaos/explore/run.py), each judged by the checkers
 every run is judged by (chaos/check/), the findings written as replayable
 cases.
 
-Runs go to a process pool (`workers`; 1: in this process). Each run is
-deterministic, so where it ran changes nothing it writes. A run that broke
+Runs go to a process pool (`workers`; 1: in this process) or, with a Spark
+master, run as Spark tasks like the sim sweeps'. Each run is deterministic,
+so where it ran changes nothing it writes. A run that broke
 a promise, left a slave ahead of its master, diverged, or lost an
 acknowledged message its mode allows to lose is moved to OUT/cases/ (its
 directory replays with `dlab chaos replay`); the others are deleted once
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +39,7 @@ SLAVE_AHEAD = "slave-ahead"  # a slave held bytes past its recovered master's en
 DIVERGENCE = "divergence"  # a slave holds other records than its master at one offset
 ALLOWED_LOSS = "allowed-loss"  # an acknowledged message lost, as the mode allows
 KINDS = (VIOLATION, SLAVE_AHEAD, DIVERGENCE, ALLOWED_LOSS)
+SPARK_TASK_RUNS = 8  # runs per Spark task: a run is a few hundredths of a CPU second
 
 
 @dataclass(frozen=True)
@@ -164,9 +167,14 @@ def _run_chunk(opts: ExploreOptions, tasks: Sequence[Task], out: str) -> list[di
 
 
 def run_all(opts: ExploreOptions, tasks: Sequence[Task], out: str, workers: int,
-            progress: Callable[[int], None]) -> Iterator[dict[str, Any]]:
-    """Every task's row, in task order, on `workers` processes (1: here)."""
+            progress: Callable[[int], None],
+            spark_master: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every task's row, in task order: as Spark tasks when `spark_master`
+    is given, else on `workers` processes (1: here)."""
     os.makedirs(os.path.join(out, "cases"), exist_ok=True)
+    if spark_master is not None:
+        yield from _run_spark(opts, tasks, out, spark_master, progress)
+        return
     if workers <= 1:
         for i, task in enumerate(tasks):
             yield run_task(opts, task, out)
@@ -182,8 +190,34 @@ def run_all(opts: ExploreOptions, tasks: Sequence[Task], out: str, workers: int,
             progress(done)
 
 
+def _run_spark(opts: ExploreOptions, tasks: Sequence[Task], out: str, spark_master: str,
+               progress: Callable[[int], None]) -> Iterator[dict[str, Any]]:
+    """The tasks as Spark tasks, as the sim sweeps run theirs
+    (chaos/matrix/sweep.py): a few runs a task, a few tasks per core in each
+    job; on a cluster OUT must be at the same path on every executor."""
+    from chaos.spark_session import spark_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the interpreter with dlab
+    where = os.path.abspath(out)
+    with spark_session(spark_master, app_name="dlab explore",
+                       log_path=os.path.join(where, "spark.log")) as spark:
+        sc = spark.sparkContext
+        chunks = [list(tasks[i:i + SPARK_TASK_RUNS])
+                  for i in range(0, len(tasks), SPARK_TASK_RUNS)]
+        per_job = max(1, sc.defaultParallelism * 4)
+        done = 0
+        for i in range(0, len(chunks), per_job):
+            part = chunks[i:i + per_job]
+            for rows in sc.parallelize(part, len(part)).map(
+                    lambda chunk: _run_chunk(opts, chunk, where)).collect():
+                yield from rows
+                done += len(rows)
+                progress(done)
+
+
 def explore(opts: ExploreOptions, out: str, *, workers: int,
-            log: Callable[[str], None] = print) -> tuple[Counts, list[dict[str, Any]]]:
+            log: Callable[[str], None] = print,
+            spark_master: str | None = None) -> tuple[Counts, list[dict[str, Any]]]:
     """The whole exploration into `out`; its counts and its findings' rows."""
     started = time.monotonic()
     os.makedirs(out, exist_ok=True)
@@ -201,7 +235,7 @@ def explore(opts: ExploreOptions, out: str, *, workers: int,
             log(f"  {done}/{len(tasks)} runs, {time.monotonic() - started:.0f} s")
 
     findings = []
-    for row in run_all(opts, tasks, out, workers, progress):
+    for row in run_all(opts, tasks, out, workers, progress, spark_master):
         counts.runs += 1
         for kind in row["kinds"]:
             counts.findings[kind] += 1

@@ -40,7 +40,7 @@ class ExploreOptions:
     consumer: bool = False
     emulate: tuple[str, ...] = ()
     seed: int = 1
-    max_disk_states: int = 64  # per crash point and target
+    max_disk_states: int = 256  # per crash point and target
     sector_bytes: int = SECTOR_BYTES
     # How long the disk's fsync takes (each 0.5 to 1.5 times it; the seed
     # draws the rest of the timing): a busy disk's, so that replication
