@@ -37,7 +37,7 @@ def event_list(text: str) -> tuple[int, ...]:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from chaos.explore.explorer import KINDS, VIOLATION, explore
+    from chaos.explore.explorer import KINDS, VIOLATION, ExploreError, explore
     from chaos.explore.workload import ExploreOptions
 
     try:
@@ -52,9 +52,12 @@ def cmd_explore(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     results_dir(args.out)
     workers = args.workers or os.cpu_count() or 1
-    counts, findings = explore(opts, args.out, workers=workers,
-                               log=lambda s: print(s, flush=True),
-                               spark_master=args.spark_master)
+    try:
+        counts, findings = explore(opts, args.out, workers=workers,
+                                   log=lambda s: print(s, flush=True),
+                                   spark_master=args.spark_master)
+    except ExploreError as exc:
+        raise UserError(str(exc)) from None
     print(f"{opts.mode}: {counts.crash_points} crash points, {counts.states} disk states "
           f"explored in {counts.runs} runs, {counts.pruned} pruned as equivalent, "
           f"{counts.cut} past the bound; {counts.seconds:.0f} s")

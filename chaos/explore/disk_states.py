@@ -10,12 +10,12 @@ independent of each other. Directory entries are as the model keeps them
 
 Two choices that leave a file the same bytes are one state: each file's
 choices are deduplicated (file_choices says how), and a node's states are
-the product of its files' distinct choices. `pruned` counts the choices
-dropped as equivalent. A product
+the product of its files' distinct choices (of every crashed node's, for
+`both`). `pruned` counts the raw states dropped as equivalent. A product
 over `limit` states is cut to its first `limit` (in order: fewer operations
 kept first, the file first in path order varying slowest), and says so.
-Pure: takes what MemoryDisk.unsynced() returns and the durable bytes of
-the range, returns choices.
+Pure: takes what MemoryDisk.unsynced() returns and a reader of durable
+bytes, returns choices.
 """
 
 from __future__ import annotations

@@ -99,10 +99,19 @@ def reference(opts: ExploreOptions, out_dir: str) -> ExploreRun:
     return run
 
 
+class ExploreError(ValueError):
+    """An exploration that cannot be run as asked; the message says why."""
+
+
 def tasks_of(opts: ExploreOptions, ref: ExploreRun, counts: Counts) -> list[Task]:
     """Every crash run of the exploration (counts the crash points and states)."""
     out = []
     wanted = set(opts.events)
+    beyond = sorted(wanted - {e.index for e in ref.probe.events})
+    if beyond:
+        raise ExploreError(f"--events {','.join(map(str, beyond))}: the reference run has "
+                           f"{len(ref.probe.events)} crash points, numbered from 0 (see "
+                           "explore.json `events`)")
     for event, states in zip(ref.probe.events, ref.states, strict=True):
         if wanted and event.index not in wanted:
             continue

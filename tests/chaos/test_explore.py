@@ -172,3 +172,11 @@ def test_bad_input_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert code == 2, out + err
     assert words in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_a_crash_point_the_reference_run_lacks_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = dlab(capsys, "chaos", "explore", "--events", "5000", "--out",
+                          str(tmp_path / "out"))
+    assert code == 2, out + err
+    assert "--events 5000: the reference run has" in err
