@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.check.run_dirs import load_run
 from chaos.cli import main
 from chaos.commands.replay import differing_files, tree_hashes
 from chaos.explore import disk_states
@@ -19,6 +20,7 @@ from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, explore, reference
 from chaos.explore.replay import replay_case
 from chaos.explore.run import Event
 from chaos.explore.workload import ExploreOptions
+from chaos.report.run_pages import crash_point_section
 from chaos.schema import load_json_file
 from store.emulate import PLANTED_ACK_BEFORE_FSYNC
 from store.sim.memory_disk import Kept, MemoryDisk
@@ -158,6 +160,12 @@ def test_a_case_replays_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixt
     code, out, err = dlab(capsys, "chaos", "replay", case, "--out", str(tmp_path / "cli"))
     assert code == 1, out + err  # the case breaks a promise
     assert "identical to the original, byte for byte" in out
+    # Its page in the report names the crash point and shows the trace up to it.
+    run = load_run(case, 0)
+    page = "\n".join(crash_point_section(run.params["explore"], run.params["started_ms"],
+                                          "simulated s"))
+    assert f"right after event {first_answer} (master answer-sent)" in page
+    assert page.count("<td>answer-sent</td>") == 1 and "<td>ship-sent</td>" in page
 
 
 @pytest.mark.parametrize("args, words", [
