@@ -6,8 +6,9 @@ cases.
 Runs go to a process pool (`workers`; 1: in this process) or, with a Spark
 master, run as Spark tasks like the sim sweeps'. Each run is deterministic,
 so where it ran changes nothing it writes. A run that broke
-a promise, left a slave ahead of its master, diverged, or lost an
-acknowledged message its mode allows to lose is moved to OUT/cases/ (its
+a promise, left a slave ahead of its master, diverged, lost an acknowledged
+message its mode allows to lose, or (with a consumer) lost a message the
+consumer had got is moved to OUT/cases/ (its
 directory replays with `dlab chaos replay`); the others are deleted once
 judged. OUT/explore.json holds the counts and every finding.
 """
@@ -38,7 +39,10 @@ VIOLATION = "violation"  # a PUT_OK its mode's promise or its own evidence does 
 SLAVE_AHEAD = "slave-ahead"  # a slave held bytes past its recovered master's end
 DIVERGENCE = "divergence"  # a slave holds other records than its master at one offset
 ALLOWED_LOSS = "allowed-loss"  # an acknowledged message lost, as the mode allows
-KINDS = (VIOLATION, SLAVE_AHEAD, DIVERGENCE, ALLOWED_LOSS)
+# With --consumer: a message the consumer got that no node holds at the end
+# (chaos/check/consumption.py's delivered_then_lost).
+DELIVERED_THEN_LOST = "delivered-then-lost"
+KINDS = (VIOLATION, SLAVE_AHEAD, DIVERGENCE, ALLOWED_LOSS, DELIVERED_THEN_LOST)
 SPARK_TASK_RUNS = 8  # runs per Spark task: a run is a few hundredths of a CPU second
 
 
@@ -143,12 +147,16 @@ def judge(run_dir: str) -> dict[str, Any]:
         kinds.append(DIVERGENCE)
     if (outcome.acked_lost_master or outcome.acked_lost_everywhere) and not outcome.broke_a_promise:
         kinds.append(ALLOWED_LOSS)
+    delivered_then_lost = (outcome.consumer or {}).get("delivered_then_lost") or 0
+    if delivered_then_lost:
+        kinds.append(DELIVERED_THEN_LOST)
     return {"acked": outcome.acked, "puts": outcome.puts,
             "promise_violations": outcome.promise_violations,
             "evidence_breaches": outcome.evidence_breaches,
             "acked_lost_master": outcome.acked_lost_master,
             "acked_lost_everywhere": outcome.acked_lost_everywhere,
             "slave_ahead_bytes": outcome.slave_ahead_bytes, "divergent_records": divergent,
+            "delivered_then_lost": delivered_then_lost,
             "replication": outcome.replication, "kinds": kinds}
 
 
