@@ -46,6 +46,18 @@ KNOWN = {
                              "reads serve what was dispatched meanwhile)",
     "slave_after_report": "slave: a report of a new offset written to the master",
     "after_put_answered": "master: a put's answer handed to the client's connection",
+    "epoch_file_before_fsync": "controller mode: the epoch file's temp file written, before "
+                               "its fsync",
+    "epoch_file_before_rename": "controller mode: the epoch file's temp file synced, before the "
+                                "rename that replaces the file",
+    "epoch_file_before_dir_fsync": "controller mode: the epoch file renamed into place, before "
+                                   "the directory fsync that makes the rename durable",
+    "epoch_file_before_overwrite": "controller mode, --emulate rmq-epoch-in-place: the .bak "
+                                   "copy written, before the epoch file is overwritten",
+    "epoch_file_mid_overwrite": "controller mode, --emulate rmq-epoch-in-place: the epoch file "
+                                "emptied for its rewrite in place, before its new bytes",
+    "rejoin_after_log_cut": "controller mode, a rejoining replica: its log and consume queues "
+                            "cut at the truncation point, before its epoch file is",
     "flush_fsync": "any: a flush's fsync (eio: it fails with EIO and what it was to make "
                    "durable is discarded, as Linux drops dirty pages after a failed writeback)",
 }

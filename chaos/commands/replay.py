@@ -24,6 +24,7 @@ from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_o
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
 from chaos.harness.run_config import RunConfig
+from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.launch import make_run, results_dir
 from store.tools.cli_args import UserError
@@ -70,6 +71,8 @@ def recorded_config(params: dict[str, Any], where: str) -> RunConfig:
         fields = dict(rec)
         fields["scenario"] = scenarios.get(str(fields["scenario"]))
         fields["workload"] = WorkloadConfig(**fields["workload"])
+        if fields.get("sim_timings") is not None:
+            fields["sim_timings"] = MachineTimings.from_record(fields["sim_timings"])
         for name in ("master_args", "slave_args", "emulate"):
             fields[name] = tuple(fields[name])
         return RunConfig(**fields, out_dir="").validate()
