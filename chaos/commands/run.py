@@ -13,7 +13,7 @@ from typing import Any
 
 from chaos.check.matrix_plan import write_plan
 from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_outcome
-from chaos.commands import compare_backends, replay, selftest
+from chaos.commands import compare_backends, explore, replay, selftest
 from chaos.harness import scenarios
 from chaos.harness.plan import load_s, plan_run
 from chaos.harness.run_config import (
@@ -366,6 +366,7 @@ def register(sub: Any, bench_sub: Any) -> None:
     _register_bugs(csub)
     _register_listings(csub)
     replay.register(csub)
+    explore.register(csub)
     compare_backends.register(csub)
     selftest.register(csub)
 

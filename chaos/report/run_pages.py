@@ -335,6 +335,26 @@ def _file_links(run: RunInfo, runs_dir: str) -> list[str]:
     return items
 
 
+def crash_point_section(explore: Any, start: int, sec: str) -> list[str]:
+    """A case of `dlab chaos explore` (chaos/explore/): where it crashed,
+    in which disk state, and the run's events up to the crash."""
+    if not isinstance(explore, dict) or not explore.get("trace") or "event" not in explore:
+        return []
+    e = html.escape
+    state = explore.get("state") or {}
+    kept = "; ".join(f"{node}: " + (", ".join(f"{path} keeps {w} whole" + (
+        f" + {t} bytes torn" if t else "") for path, (w, t) in files.items())
+        or "durable bytes only") for node, files in state.items())
+    return ["<h2>Crash point</h2>",
+            f"<p>Crashed {e(str(explore.get('target')))} right after event "
+            f"{explore['event']} ({e(str(explore.get('expect', '')))}), disk state "
+            f"{explore.get('state_index')}: {e(kept)}. The events of the run up to the "
+            "crash:</p>",
+            _table(["#", f"at {sec}", "node", "event", "file"],
+                   [[str(t["index"]), _s(t["at_ms"], start), e(t["node"]), e(t["kind"]),
+                     e(t["detail"] or "–")] for t in explore["trace"]])]
+
+
 def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
                   plot: str | None, runs_dir: str) -> str:
     e = html.escape
@@ -378,6 +398,7 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
         [[str(f["fault_id"]), e(f["kind"]), e(f["node"] or "–"), e(f.get("peer") or "–"),
           _s(f["start_ms"], start), _s(f["end_ms"], start), "yes" if f["damages_disk"] else "no",
           e(f.get("detail") or "")] for f in run.faults]) if run.faults else "<p>None.</p>"]
+    out += crash_point_section(run.params.get("explore"), start, sec)
     obs = [o for o in run.observations if o["kind"] in ("slave_ahead", "settle")]
     if obs:
         out += ["<h2>Observations</h2>", _table(
