@@ -344,7 +344,8 @@ def answer_table(verdicts: pd.DataFrame, agreement: Agreement | None) -> Table:
             cls.append(c)
         rows.append(row)
         classes.append(cls)
-    return Table(header, rows, classes=classes, css="answer")
+    return Table(header, rows, classes=classes,
+                 css="answer agreement" if len(present) > 1 else "answer")
 
 
 def scenario_table(verdicts: pd.DataFrame) -> Table:

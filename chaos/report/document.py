@@ -563,7 +563,10 @@ def _md_table_cell(table: Table, i: int, j: int) -> str:
 
 
 def _html_table(table: Table) -> str:
-    head = "".join(f"<th>{_html_text_breakable(h)}</th>" for h in table.header)
+    # The answer's tables (a CSS class of their own) break names at spaces
+    # only; the wide tables also at underscores.
+    escape = html.escape if table.css else _html_text_breakable
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     rows = []
     for i, row in enumerate(table.rows):
         row_id = table.row_ids[i] if table.row_ids else None
@@ -571,7 +574,7 @@ def _html_table(table: Table) -> str:
         for j, text in enumerate(row):
             href = table.links[i][j] if table.links else None
             cls = table.classes[i][j] if table.classes else ""
-            body = "<br>".join(_html_text_breakable(line) for line in text.split("\n"))
+            body = "<br>".join(escape(line) for line in text.split("\n"))
             if href:
                 body = f'<a href="{html.escape(href)}">{body}</a>'
             cells.append(f'<td class="{cls}">{body}</td>' if cls else f"<td>{body}</td>")
@@ -596,6 +599,9 @@ CSS = [
     # The answer and by-scenario tables: a figure a line, read left to right.
     "table.answer td,table.scenarios td{text-align:left;vertical-align:top}",
     "table.answer th,table.scenarios th{text-align:left}",
+    # The backends' columns get the room: the answer's lines stay whole.
+    "table.answer{width:100%}table.answer td:first-child{width:12%}",
+    "table.answer.agreement td:last-child{width:24%}",
 ]
 
 
