@@ -246,16 +246,23 @@ def _agreement_lines(agreement: Agreement, mode: str) -> tuple[list[str], bool, 
             continue
         assert isinstance(q, Mapping)
         seen = _seen_by(per)
-        if len(set(seen.values())) <= 1:
+        # The mode's own verdict (agree / differ / open, by Fisher's test),
+        # where the agreement gives one; else whether both saw it.
+        verdict = per.get("verdict") if isinstance(per.get("verdict"), str) else None
+        if verdict == "agree" or (verdict is None and len(set(seen.values())) <= 1):
             lines.append(f"{label}: agree")
             continue
-        differs = True
-        within = str(q.get("verdict", "")).startswith("differ, within chance")
-        chance = chance and within
         sides = ", ".join(f"{b} {per[b].get('cell') or _rate(per[b]['k'], per[b]['n'])}"
                           for b in seen)
-        lines.append(f"{label}: DIFFER{' (within chance)' if within else ''}: {sides}")
-        why = _why(q, mode)
+        if verdict == "open":
+            lines.append(f"{label}: open (within chance, not a finding): {sides}")
+        else:
+            differs = True
+            within = str(q.get("verdict", "")).startswith("differ, within chance")
+            chance = chance and within
+            lines.append(f"{label}: DIFFER{' (within chance)' if within else ''}: {sides}")
+        why = per.get("why") if isinstance(per.get("why"), str) else None
+        why = why or _why(q, mode)
         if why:
             lines.append(f"why: {why}")
     return lines, differs, chance

@@ -217,3 +217,35 @@ def test_a_timeline_can_be_read(tmp_path: Any) -> None:
     assert "simulated time" in sim.get_suptitle()
     assert sim.axes[0].get_facecolor() != fig.axes[0].get_facecolor()
     assert sim.axes[2].get_xlabel() == "simulated seconds since the run started"
+
+
+def test_compare_backends_own_verdict_per_mode_is_shown_open_as_open(tmp_path: Any) -> None:
+    """agreement.json as compare-backends writes it: each mode carries its
+    verdict (agree / differ / open) and why; an open one is not a difference."""
+    from chaos.commands.compare_backends import compare
+    from chaos.harness import scenarios
+    from chaos.harness.run_config import RunConfig
+    from chaos.matrix.sweep import SweepRun
+
+    def runs(backend: str, n: int, ahead: int) -> list[tuple[RunConfig, SweepRun]]:
+        out = []
+        for k in range(n):
+            cfg = RunConfig(scenario=scenarios.get("master-crash"), role="SYNC_MASTER",
+                            flush="SYNC_FLUSH", seed=k, out_dir="", backend=backend)
+            out.append((cfg, SweepRun(cfg.run_id, "d", None, "", False, 0.0,
+                                      acked_lost_master=0, slave_ahead_bytes=int(k < ahead),
+                                      promise_violations=0)))
+        return out
+
+    cmp = compare({"sim": runs("sim", 20, 5), "local": runs("local", 1, 0)})
+    out = tmp_path / "cmp"
+    os.makedirs(out)
+    (out / "agreement.json").write_text(json.dumps(cmp))
+    found, problem = answer.find_agreement([str(out)], [])
+    assert problem is None and found is not None
+    text, cls = answer.mode_agreement(found, "SYNC_MASTER + SYNC_FLUSH", {})
+    lines = text.split("\n")
+    assert lines[0] == "lost: agree"
+    assert lines[1].startswith("slave ahead: open (within chance, not a finding): sim 5/20")
+    assert lines[2].startswith("why: sim saw it in 5 of 20 runs, local in none of 1")
+    assert cls == "ok"  # open is not a disagreement
