@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,8 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         self.links: dict[str, SlaveLinkState] = {}
         self._streams: dict[str, _Stream] = {}
         self._waiters: ReplicaWaitQueue[asyncio.Future[PutStatus]] = ReplicaWaitQueue()
+        # A waiting put's `seen` (wait_replicated), told the acks that cover it.
+        self._seen: dict[asyncio.Future[PutStatus], Callable[[list[SlaveAck]], object]] = {}
         self._closing = False
         # --emulate rmq-3349 or rmq-3015: RocketMQ's
         # HAService.push2SlaveMaxOffset, the highest report ever accepted:
@@ -152,15 +155,24 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         one is less than ha_max_gap_not_in_sync behind `end`."""
         return sync_master.slave_ok(end, self.best_acked(), self.config.max_gap_not_in_sync_bytes)
 
-    def wait_replicated(self, end: int) -> asyncio.Future[PutStatus]:
+    def wait_replicated(self, end: int, seen: Callable[[list[SlaveAck]], object] | None = None
+                        ) -> asyncio.Future[PutStatus]:
         """A future resolved with PUT_OK when some slave's acked offset covers
-        `end`, or FLUSH_SLAVE_TIMEOUT after slave_timeout_ms."""
+        `end`, or FLUSH_SLAVE_TIMEOUT after slave_timeout_ms. `seen` is told
+        the slaves' acks at that moment, before anything else runs (a done
+        callback runs a loop step later, when a stream may have closed:
+        the acks an answer relied on are these, not those)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PutStatus] = loop.create_future()
         best = self.best_acked()
         if best is not None and best >= end:
+            if seen is not None:
+                seen(self.acks())
             fut.set_result(PutStatus.PUT_OK)
             return fut
+        if seen is not None:
+            self._seen[fut] = seen
+            fut.add_done_callback(self._forget_seen)
         self._waiters.push(end, fut)
         timer = loop.call_later(self.config.slave_timeout_ms / 1000, _resolve, fut,
                                 PutStatus.FLUSH_SLAVE_TIMEOUT)
@@ -171,8 +183,16 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         best = self.best_acked()
         if best is None:
             return
+        acks: list[SlaveAck] | None = None
         for fut in self._waiters.advance(best):
+            seen = self._seen.pop(fut, None)
+            if seen is not None and not fut.done():
+                acks = self.acks() if acks is None else acks
+                seen(acks)
             _resolve(fut, PutStatus.PUT_OK)
+
+    def _forget_seen(self, fut: asyncio.Future[PutStatus]) -> None:
+        self._seen.pop(fut, None)
 
     # ---------------------------------------------------------- status
     def status(self) -> list[SlaveLinkState]:

@@ -349,10 +349,13 @@ class HASlave:
         self._flush_task = task
 
     async def _report(self, call: SlaveCall, session: SlaveSession) -> None:
+        advanced = session.max_offset != self.link.reported
         await call.write(ha_pb2.Report(max_offset=session.max_offset, slave=self.name,
                                         incarnation=self.incarnation))
         session.reported(now_s=self.clock.monotonic())
         self.link.reported = session.max_offset
+        if advanced:  # a heartbeat repeating the last offset tells the master nothing new
+            self.failpoints.hit("slave_after_report")
 
     async def _report_loop(self, call: SlaveCall, session: SlaveSession,
                            want: Wake) -> None:

@@ -18,7 +18,7 @@ import sys
 
 PROTO_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(PROTO_DIR)
-PROTOS = ["broker.proto", "ha.proto"]
+PROTOS = ["broker.proto", "controller.proto", "ha.proto"]
 
 
 def generated_names() -> list[str]:

@@ -14,6 +14,10 @@ The switch points say in a comment what the real fix was:
 - rmq-3015  ha/session.py MasterSession.on_report, ha/master.py best_acked
 - rmq-10666 store/log/commitlog.py CommitLog.truncate_to
 - rmq-405   store/store.py _reput_floor and MessageStore._drain_dispatch
+- rmq-epoch-in-place  ha/autoswitch/epoch_file.py EpochFile._write_in_place
+  (RocketMQ 5's epoch file rewritten in place; no upstream issue number.
+  Library only so far: no node keeps an epoch file yet, so a node or run
+  given this switch behaves as without it)
 
 Planted faults are switches of the same kind that re-introduce no
 RocketMQ bug: defects written on purpose to show that the lab catches a
@@ -64,6 +68,7 @@ RMQ_3349 = "rmq-3349"
 RMQ_3015 = "rmq-3015"
 RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
+RMQ_EPOCH_IN_PLACE = "rmq-epoch-in-place"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 PLANTED_CHECKPOINT_BEFORE_FLUSH = "planted-checkpoint-before-flush"
 PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
@@ -84,6 +89,8 @@ RMQ_BUGS: dict[str, str] = {
                "valid on disk and comes back after a restart",
     RMQ_405: "a normal (clean) open re-dispatches nothing, and a clean stop waits at most "
              "5 s for dispatch: records left without consume-queue units stay so",
+    RMQ_EPOCH_IN_PLACE: "controller mode: the epoch file is rewritten in place (a .bak copy, "
+                        "no fsync, no rename), so a crash can leave it torn or gone",
 }
 # Planted faults (not RocketMQ's; see the module docstring).
 PLANTED: dict[str, str] = {

@@ -44,6 +44,20 @@ KNOWN = {
     "reput_before_dispatch": "any: the consume-side service's dispatch pass found records, "
                              "before dispatching them (delay: a stalled reput service; "
                              "reads serve what was dispatched meanwhile)",
+    "slave_after_report": "slave: a report of a new offset written to the master",
+    "after_put_answered": "master: a put's answer handed to the client's connection",
+    "epoch_file_before_fsync": "controller mode: the epoch file's temp file written, before "
+                               "its fsync",
+    "epoch_file_before_rename": "controller mode: the epoch file's temp file synced, before the "
+                                "rename that replaces the file",
+    "epoch_file_before_dir_fsync": "controller mode: the epoch file renamed into place, before "
+                                   "the directory fsync that makes the rename durable",
+    "epoch_file_before_overwrite": "controller mode, --emulate rmq-epoch-in-place: the .bak "
+                                   "copy written, before the epoch file is overwritten",
+    "epoch_file_mid_overwrite": "controller mode, --emulate rmq-epoch-in-place: the epoch file "
+                                "emptied for its rewrite in place, before its new bytes",
+    "rejoin_after_log_cut": "controller mode, a rejoining replica: its log and consume queues "
+                            "cut at the truncation point, before its epoch file is",
     "flush_fsync": "any: a flush's fsync (eio: it fails with EIO and what it was to make "
                    "durable is discarded, as Linux drops dirty pages after a failed writeback)",
 }
@@ -80,6 +94,9 @@ class Failpoints:
         self._stall = stall
         self._armed: dict[str, _Armed] = {}
         self.fired: list[str] = []
+        # Told the name of every failpoint passed, armed or not (an
+        # exploration's crash points, chaos/explore/); None: nobody listens.
+        self.observe: Callable[[str], None] | None = None
         for item in filter(None, (p.strip() for p in spec.split(","))):
             name, sep, rest = item.partition("=")
             if not sep:
@@ -124,6 +141,8 @@ class Failpoints:
         """Count a pass through `name`; on its N-th, act. The `eio` action
         calls `on_eio` (what the fault does to the bytes: the caller's
         model of a failed writeback), then raises InjectedEIOError."""
+        if self.observe is not None:
+            self.observe(name)
         if not self._armed:
             return
         fp = self._armed.get(name)
@@ -154,6 +173,11 @@ class Failpoints:
 
     def armed(self, name: str) -> bool:
         return name in self._armed
+
+    def watched(self, name: str) -> bool:
+        """Whether passing `name` does anything (armed, or observed): a
+        caller may skip the work of reaching a failpoint nobody watches."""
+        return self.observe is not None or name in self._armed
 
     def delays(self) -> bool:
         """Whether any failpoint is armed with a `delay` action."""

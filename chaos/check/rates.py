@@ -98,3 +98,36 @@ def group_rates(group: pd.DataFrame) -> dict[str, Any]:
 def rate_cell(k: int, n: int, low: float, high: float) -> str:
     """k/n and its interval in whole percent, e.g. '2/3 (21–94 %)'."""
     return f"{k}/{n} ({100 * low:.0f}–{100 * high:.0f} %)"
+
+
+def fisher_exact_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Fisher's exact test, two-sided: the chance, if both sides had the
+    same rate, of a split of the k1 + k2 outcomes between n1 and n2 runs at
+    most as likely as the one seen (the hypergeometric tables of the same
+    margins summed). 1.0 when nothing can differ (no outcome, or no runs)."""
+    if not (0 <= k1 <= n1 and 0 <= k2 <= n2):
+        raise ValueError("need 0 <= k <= n on each side")
+    k, n = k1 + k2, n1 + n2
+    if k in (0, n) or not n1 or not n2:
+        return 1.0
+    total = math.comb(n, k)
+
+    def prob(a: int) -> float:
+        return math.comb(n1, a) * math.comb(n2, k - a) / total
+
+    seen = prob(k1)
+    lo, hi = max(0, k - n2), min(k, n1)
+    # Ties within float rounding count as "as likely" (R's fisher.test does the same).
+    p = sum(q for a in range(lo, hi + 1) if (q := prob(a)) <= seen * (1 + 1e-7))
+    return min(1.0, p)
+
+
+def runs_to_decide(k: int, n: int, chance: float = 0.05) -> int:
+    """How many runs showing an outcome in none of them would make that
+    unlikely (below `chance`) at the lowest rate k of n runs are consistent
+    with (the low end of their 95 % Wilson interval): the runs a side that
+    saw nothing needs before its zero contradicts the other side's k/n."""
+    low, _ = wilson_interval(k, n)
+    if low <= 0:
+        raise ValueError("k/n must show the outcome at a rate above zero")
+    return math.ceil(math.log(chance) / math.log(1 - low))

@@ -24,6 +24,7 @@ from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_o
 from chaos.harness import scenarios
 from chaos.harness.plan import plan_run
 from chaos.harness.run_config import RunConfig
+from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.launch import make_run, results_dir
 from store.tools.cli_args import UserError
@@ -70,6 +71,8 @@ def recorded_config(params: dict[str, Any], where: str) -> RunConfig:
         fields = dict(rec)
         fields["scenario"] = scenarios.get(str(fields["scenario"]))
         fields["workload"] = WorkloadConfig(**fields["workload"])
+        if fields.get("sim_timings") is not None:
+            fields["sim_timings"] = MachineTimings.from_record(fields["sim_timings"])
         for name in ("master_args", "slave_args", "emulate"):
             fields[name] = tuple(fields[name])
         return RunConfig(**fields, out_dir="").validate()
@@ -106,6 +109,8 @@ def differing_files(a: str, b: str) -> list[str]:
 def cmd_replay(args: argparse.Namespace) -> int:
     original = os.path.abspath(args.run_dir)
     params = _params(original)
+    if "explore" in params:
+        return _replay_case(args, original, params["explore"])
     cfg = recorded_config(params, os.path.join(args.run_dir, "params.json"))
     recorded_backend = cfg.backend
     backend = args.backend or recorded_backend
@@ -153,6 +158,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return 1
         print(f"identical to the original, byte for byte ({len(tree_hashes(run_dir))} files)")
     return code
+
+
+def _replay_case(args: argparse.Namespace, original: str, record: Any) -> int:
+    """A case of `dlab chaos explore` (chaos/explore/replay.py): its crash
+    point, target and disk state again; on the sim, byte for byte."""
+    from chaos.explore.replay import CaseError, case_directory, replay_case
+
+    where = os.path.join(args.run_dir, "params.json")
+    if args.backend not in (None, "sim"):
+        raise UserError(f"{args.run_dir} is a case of `dlab chaos explore`: it crashes at one "
+                        "event of a simulated run, so it replays on the sim backend only "
+                        "(drop --backend)")
+    results_dir(args.out)
+    out = os.path.abspath(args.out)
+    try:
+        target = case_directory(out, record)
+    except CaseError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    if os.path.realpath(target) == os.path.realpath(original):
+        raise UserError(f"--out {args.out} would put the replay over the case itself "
+                        f"({original}): give another directory")
+    replayed = replay_case(record, out)
+    verdict = replayed.verdict
+    print(f"replay of the case crashing at {replayed.label}")
+    print(f"outcome: {', '.join(verdict['kinds']) or 'nothing found'}; "
+          f"{verdict['acked']} of {verdict['puts']} puts acked, "
+          f"{verdict['acked_lost_master']} acked lost on the master, "
+          f"{verdict['promise_violations']} promise violations, "
+          f"{verdict['evidence_breaches']} evidence breaches, slave ahead by "
+          f"{verdict['slave_ahead_bytes']} bytes, {verdict['divergent_records']} divergent "
+          "records")
+    print(f"results: {replayed.run_dir}")
+    differ = differing_files(original, replayed.run_dir)
+    if differ:
+        shown = ", ".join(differ[:10]) + (f" and {len(differ) - 10} more"
+                                         if len(differ) > 10 else "")
+        print(f"NOT identical to the original: {len(differ)} file(s) differ: {shown}")
+        return 1
+    print(f"identical to the original, byte for byte ({len(tree_hashes(original))} files)")
+    return 1 if verdict["promise_violations"] or verdict["evidence_breaches"] else 0
 
 
 REPLAY_EXIT = """exit status: 0 when the replay finished and no acknowledged message broke its

@@ -13,7 +13,7 @@ from typing import Any
 
 from chaos.check.matrix_plan import write_plan
 from chaos.check.summary import fault_lines, faults_heading, outcome_line, run_outcome
-from chaos.commands import compare_backends, replay, selftest
+from chaos.commands import compare_backends, explore, replay, selftest
 from chaos.harness import scenarios
 from chaos.harness.plan import load_s, plan_run
 from chaos.harness.run_config import (
@@ -201,13 +201,15 @@ def _matrix_end(args: argparse.Namespace, outcome: MatrixOutcome, violated: list
     n_violated = len(violated)
     if not args.no_report and outcome.run_dirs:
         from chaos.report.pipeline import build_report
+        from chaos.report.progress import ConsoleProgress
 
         report_dir = os.path.join(args.out, "report")
-        report = build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master)
+        report = build_report(outcome.run_dirs, report_dir, spark_master=args.spark_master,
+                              progress=ConsoleProgress(sys.stdout))
         # The report's verdict (from the kept stores) is the one of record.
         n_violated = int((report.verdicts["verdict"] == "violation").sum())
-        print(f"report: {os.path.join(report_dir, 'report.md')} "
-              f"(and report.html, comparison.csv, verdicts.csv)")
+        print(f"report: {os.path.join(report_dir, 'report.html')} "
+              f"(and report.md, comparison.csv, verdicts.csv)", flush=True)
     print(f"{n_violated} run{'' if n_violated == 1 else 's'} with promise violations",
           flush=True)
     return 1 if n_violated or outcome.failed else 0
@@ -366,6 +368,7 @@ def register(sub: Any, bench_sub: Any) -> None:
     _register_bugs(csub)
     _register_listings(csub)
     replay.register(csub)
+    explore.register(csub)
     compare_backends.register(csub)
     selftest.register(csub)
 

@@ -27,12 +27,16 @@ class RunPlan:
     disk_fault_seed: int
 
 
-def load_s(scenario: Scenario, backend: str, sim_duration_s: float) -> float:
+def load_s(scenario: Scenario, backend: str, sim_duration_s: float | None) -> float:
     """How long the producers run from the start, at least: the scenario's
     load_s on real nodes; on the sim backend the longer of that and
-    --sim-duration, in simulated seconds (chaos/sim/run.py). Either runs on
-    past it when the steps take longer, until settle_s after the last."""
-    return max(scenario.load_s, sim_duration_s) if backend == "sim" else scenario.load_s
+    --sim-duration, in simulated seconds (chaos/sim/run.py), or the
+    scenario's load_s too when the duration is None (the same experiment
+    as on real nodes). Either runs on past it when the steps take longer,
+    until settle_s after the last."""
+    if backend == "sim" and sim_duration_s is not None:
+        return max(scenario.load_s, sim_duration_s)
+    return scenario.load_s
 
 
 def plan_run(scenario: Scenario, seed: int) -> RunPlan:

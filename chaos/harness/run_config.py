@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from chaos.harness.scenarios import Scenario
+from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import WorkloadConfig
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
@@ -113,9 +114,14 @@ class RunConfig:
     # Known RocketMQ bugs every node re-introduces (store/emulate.py; the
     # corpus is chaos/commands/bugs.py), recorded in params.json.
     emulate: tuple[str, ...] = ()
-    # Cluster time a sim-backend run covers (chaos/sim/run.py; the load goes on
-    # after the steps); other backends run the scenario's load_s.
-    sim_duration_s: float = 60.0
+    # Cluster time a sim-backend run's load covers at least (chaos/sim/run.py;
+    # the load goes on after the steps); None: the scenario's load_s, as
+    # every other backend runs it (dlab chaos compare-backends: the same
+    # experiment on both sides).
+    sim_duration_s: float | None = 60.0
+    # This machine's fsync, per-put and network times for a sim run
+    # (chaos/harness/timings.py); None: a disk speed drawn per seed.
+    sim_timings: MachineTimings | None = None
     # Disk faults a sim-backend run draws (chaos/sim/run.py).
     sim_disk_faults: SimDiskFaults = SimDiskFaults.TORN
 
@@ -127,7 +133,7 @@ class RunConfig:
             object.__setattr__(self, name, to_enum(kind, what, getattr(self, name), allowed))
 
     def validate(self) -> RunConfig:
-        if self.sim_duration_s <= 0:
+        if self.sim_duration_s is not None and self.sim_duration_s <= 0:
             raise ValueError("the simulated duration must be positive")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
@@ -145,7 +151,8 @@ class RunConfig:
                                if f.name != "out_dir"}
         rec |= {"scenario": self.scenario.name, "workload": asdict(self.workload),
                 "master_args": list(self.master_args), "slave_args": list(self.slave_args),
-                "emulate": sorted(self.emulate)}
+                "emulate": sorted(self.emulate),
+                "sim_timings": None if self.sim_timings is None else self.sim_timings.as_record()}
         return rec
 
     @property

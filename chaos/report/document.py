@@ -2,21 +2,15 @@
 small tables (pandas). The document is built once as a list of blocks and
 rendered twice, so the Markdown and the HTML always say the same thing.
 
-The report leads with the loss grid (modes x scenarios), then what each mode
-promises, a durability table, the rates of each outcome over a row's runs
-(with their intervals, chaos/check/rates.py), an availability/latency table, the
-findings, the plots, the runs that lost data (their timelines,
-chaos/report/run_pages.py), every run linked to its page, and a glossary of every
-column.
-
-Plots (PNG, matplotlib's object API: no pyplot, no global backend):
-- outcomes.png      per mode, the puts by outcome in absolute counts on a
-                    log axis: acknowledged and kept, allowed loss, stranded,
-                    promise violation, failed, indeterminate
-- slave_ahead.png   per mode, each run's slave-ahead bytes at the master's
-                    restart
-- runs/RUN.png      per run (chaos/report/run_pages.py): operations, faults per
-                    node, latency per put with p50/p99, puts per second
+The report leads with the answer (chaos/report/answer.py): per mode, and
+per mode and scenario, each backend in a column of its own, with the
+agreement of compare-backends; then what each mode promises, a durability
+table, the rates of each outcome over a row's runs (with their intervals,
+chaos/check/rates.py), an availability/latency table (the wide tables in
+two parts, so each fits a 900 px window), the findings per mode and backend,
+the plots (chaos/report/plots.py), the runs that lost data (their
+timelines, chaos/report/run_pages.py), every run linked to its page, and a
+glossary of every column.
 """
 
 from __future__ import annotations
@@ -24,53 +18,23 @@ from __future__ import annotations
 import html
 import json
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from chaos.check import promises, rates
 from chaos.check.matrix_plan import PlanCoverage
 from chaos.check.run_dirs import Problem, RunInfo
-from chaos.report import run_pages
+from chaos.report import answer, blocks, plots, run_pages
+from chaos.report.blocks import Block, Table
+from chaos.report.progress import Progress, QuietProgress
 
-PLOTS = "plots"
-RUNS = "runs"
+RUNS = blocks.RUNS
 FEATURED_RUNS = 4  # run timelines shown in the report itself
-OUTCOME_COLORS = {
-    "acknowledged, kept": "#4c9f70",
-    "allowed loss": "#f2b134",
-    "stranded": "#9b5de5",
-    "promise violation": "#d1495b",
-    "failed": "#8d99ae",
-    "indeterminate": "#2b2d42",
-}
-FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "pause": "#f2b134",
-                "partition": "#00798c", "torn_tail": "#6a4c93", "bit_flip": "#6a4c93",
-                "failpoint": "#edae49"}
-
-
-@dataclass(frozen=True)
-class Table:
-    header: list[str]
-    rows: list[list[str]]
-    links: list[list[str | None]] | None = None  # per cell: where it links to
-    classes: list[list[str]] | None = None  # per cell: its severity (CSS class)
-    row_ids: list[str | None] | None = None  # per row: an anchor
-
-
-# ("h1"|"h2"|"p"|"ul", text or items) | ("table", Table) | ("img", (alt, path))
-# | ("link", (text, href))
-Block = tuple[str, Any]
-
-
 def mode_label(role: str, flush: str) -> str:
-    return f"{role} + {flush}"
+    return blocks.mode_label(role, flush)
 
 
 def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
@@ -90,8 +54,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+_plural = blocks.plural
 
 
 def finding(role: str, flush: str, runs: pd.DataFrame) -> str:
@@ -177,52 +140,10 @@ def consume_finding(runs: pd.DataFrame) -> list[str]:
            else ", nothing delivered that was later lost.")]
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def group_anchor(role: str, flush: str, scenario: str) -> str:
-    return "runs-" + _slug(f"{role} {flush} {scenario}")
-
-
-def run_page(run_id: str) -> str:
-    """The run's page, relative to the report."""
-    return f"{RUNS}/{quote(run_id)}.html"
-
-
-def _severity(violations: int, stranded: int, lost_master: int) -> str:
-    return ("violation" if violations else "stranded" if stranded
-            else "loss" if lost_master else "ok")
-
-
-def loss_grid(verdicts: pd.DataFrame) -> Table:
-    """Modes x scenarios; a cell: acknowledged messages lost on the master /
-    lost everywhere / stranded / promise violations, and its runs."""
-    scenarios = sorted(verdicts["scenario"].unique())
-    rows, links, classes = [], [], []
-    for role, flush in _modes(verdicts):
-        row, cls = [mode_label(role, flush)], [""]
-        link: list[str | None] = [None]
-        for scenario in scenarios:
-            g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)
-                         & (verdicts["scenario"] == scenario)]
-            if not len(g):
-                row.append("–")
-                link.append(None)
-                cls.append("none")
-                continue
-            lost_m = int(g["acked_lost_master"].sum())
-            lost_e = int(g["acked_lost_everywhere"].sum())
-            stranded, v = int(g["acked_stranded"].sum()), int(g["promise_violations"].sum())
-            row.append(f"{lost_m:,} / {lost_e:,} / {stranded:,} / {v:,} · "
-                       f"{_plural(len(g), 'run')}")
-            link.append(run_page(g["run_id"].iloc[0]) if len(g) == 1
-                        else "#" + group_anchor(role, flush, scenario))
-            cls.append(_severity(v, stranded, lost_m))
-        rows.append(row)
-        links.append(link)
-        classes.append(cls)
-    return Table(["mode", *scenarios], rows, links=links, classes=classes)
+_slug = blocks.slug
+group_anchor = blocks.group_anchor
+run_page = blocks.run_page
+_severity = blocks.severity
 
 
 def _conditions(df: pd.DataFrame) -> list[str]:
@@ -285,10 +206,18 @@ RATES = {
     "lost on master per run": "min / median / max over the row's runs of the acknowledged "
                               "messages missing from the recovered master",
 }
-GRID = {
-    "grid cell": "acknowledged messages lost on the master / lost everywhere / stranded / "
-                 "promise violations, and the number of runs; red: a violation, purple: "
-                 "stranded, amber: an allowed loss, green: nothing acknowledged was lost",
+ANSWER = {
+    "lost": "runs where some acknowledged message was missing from the recovered master, "
+            "k/n (95 % interval); msgs/run: the messages so lost per run, median and max",
+    "broke promise": "runs where an acknowledged message broke the mode's promise, or a "
+                     "PUT_OK was answered on evidence that did not cover it",
+    "unwritable/run": "time without a writable master per run (see unwritable s), median "
+                      "and max over the runs with a fault; 'to the end': runs that never "
+                      "got a PUT_OK after some fault",
+    "refused after fault": "puts not answered PUT_OK from the first fault on: their share, "
+                           "and how many per second of load (median over the runs)",
+    "agreement": "per question of dlab chaos compare-backends (agreement.json): whether "
+                 "the backends agree for the mode, and where they differ, why",
 }
 
 
@@ -414,12 +343,14 @@ def runs_table(verdicts: pd.DataFrame) -> Table:
 
 
 READING = [
-    "The **loss grid** answers which mode loses what: one row per mode, one column per "
-    "scenario. Each cell counts acknowledged (PUT_OK) messages lost on the master / lost "
-    "everywhere / stranded / promise violations, and says how many runs it sums. A cell "
-    "links to its run (or its runs).",
+    "**The answer** comes first: a row per mode, a column per backend — runs of two "
+    "backends are never pooled. Each cell says in how many of its n runs acknowledged "
+    "(PUT_OK) messages were lost from the recovered master, broke the mode's promise or "
+    "were stranded, as k/n with a 95 % interval, how many per run, and the cost of the "
+    "faults: time without a writable master per run and puts refused after the fault.",
     "Red is a broken promise, purple a stranded message, amber a loss the mode allows, green "
-    "nothing lost. What each mode promises is in the table under the grid.",
+    "nothing lost. **By scenario** splits each mode by scenario; a cell links to its run (or "
+    "its runs). What each mode promises is in the table under this list.",
     "**Durability** and **Availability and latency** split the same rows; every column is "
     "explained in the Glossary at the end. Times are per run, not summed, so runs of "
     "different lengths compare; a time of the sim backend is simulated time and says so "
@@ -456,21 +387,54 @@ def stores_line(verdicts: pd.DataFrame) -> str:
     return "Stores: " + ("; ".join(parts) or "no runs") + "."
 
 
-def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
-              plots: list[tuple[str, str]], lost_plots: list[tuple[str, str, str]]
-              ) -> list[Block]:
-    n_v = int(verdicts["promise_violations"].sum())
-    blocks: list[Block] = [
+def _first_screen(verdicts: pd.DataFrame, problems: Sequence[Problem],
+                  agreement: answer.Agreement | None) -> list[Block]:
+    """The answer, per mode and backend, then per scenario (chaos/report/answer.py)."""
+    n_v = int(((verdicts["promise_violations"] > 0)
+               | (verdicts["evidence_breaches"] > 0)).sum())
+    by_backend = ", ".join(f"{b} {int((verdicts['backend'] == b).sum()):,}"
+                           for b in answer.backends(verdicts))
+    return [
         ("h1", "Durability report"),
-        ("p", f"{_plural(len(verdicts), 'run')} reported"
+        ("p", f"{_plural(len(verdicts), 'run')} reported ({by_backend})"
               + (f", {len(problems):,} left out (see the end)" if problems else "")
-              + f"; {_plural(n_v, 'promise violation')} in all."),
+              + f"; {_plural(n_v, 'run')} broke a promise."),
+        ("h2", "The answer"),
+        ("p", answer.agreement_sentence(agreement, verdicts) + " "
+              + answer.load_sentence(verdicts)),
+        ("table", answer.answer_table(verdicts, agreement)),
+        ("p", "Per backend, over its n runs of the mode: k/n runs that showed each outcome "
+              "with the 95 % interval of the rate (0/n does not mean never); messages per "
+              "run; time without a writable master per run and the puts refused after the "
+              "first fault (sim: simulated time). Red: a broken promise, purple: stranded, "
+              "amber: a loss the mode allows, green: nothing acknowledged lost."),
+        ("h2", "By scenario"),
+        ("table", answer.scenario_table(verdicts)),
+    ]
+
+
+def _findings(verdicts: pd.DataFrame) -> list[Block]:
+    """A finding per mode, and per backend when the runs have several."""
+    present = answer.backends(verdicts)
+    out: list[Block] = [("h2", "Findings")]
+    for role, flush in _modes(verdicts):
+        for backend in present:
+            runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)
+                            & (verdicts["backend"] == backend)]
+            if len(runs):
+                title = mode_label(role, flush) + (f", {backend}" if len(present) > 1 else "")
+                out += [("h3", title), ("p", finding(role, flush, runs))]
+    return out
+
+
+def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequence[Problem],
+              plot_files: list[tuple[str, str]], lost_plots: list[tuple[str, str, str]],
+              agreement: answer.Agreement | None = None, timelines_note: str = ""
+              ) -> list[Block]:
+    doc: list[Block] = [
+        *_first_screen(verdicts, problems, agreement),
         ("h2", "Reading this report"),
         ("ul", READING),
-        ("h2", "Loss grid"),
-        ("p", "Acknowledged messages lost on the master / lost everywhere / stranded / "
-              "promise violations, and runs."),
-        ("table", loss_grid(verdicts)),
         ("h2", "What a PUT_OK promises"),
         ("table", Table(["mode", "promise"], [
             [mode_label(r, f), promises.describe(r, f)] for r, f in promises.PROMISES])),
@@ -482,59 +446,84 @@ def _document(verdicts: pd.DataFrame, comparison: pd.DataFrame, problems: Sequen
               "damaged, or (for a slave's copy) that crashed under the power crash model. "
               "Exact definitions: chaos/check/promises.py and chaos/report/pipeline.py."),
         ("h2", "Durability"),
-        ("table", durability_table(comparison)),
+        *split_table(durability_table(comparison), "slave ahead"),
         ("h2", "Rates"),
         ("p", "How many of each row's n runs showed each outcome, as k/n with the 95 % Wilson "
               "interval for the rate: with few runs the interval is wide, and 0/n does not "
               "mean never."),
         ("table", rates_table(comparison)),
         ("h2", "Availability and latency"),
-        ("table", availability_table(comparison)),
-        ("h2", "Findings"),
+        *split_table(availability_table(comparison), "failed/s after fault"),
+        *_findings(verdicts),
+        ("h2", "Plots"),
+        *[("img", plot) for plot in plot_files],
     ]
-    for role, flush in _modes(verdicts):
-        runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        blocks += [("h3", mode_label(role, flush)), ("p", finding(role, flush, runs))]
-    blocks.append(("h2", "Plots"))
-    blocks += [("img", plot) for plot in plots]
     if lost_plots:
         lost_any = bool((verdicts["acked_lost_master"] > 0).any())
-        blocks += [("h2", "Runs that lost data" if lost_any else "The run with the most faults"),
-                   ("p", "Per run: each producer's and consumer's operations, the faults per "
-                         "node, the latency of every put with its p50 and p99, and puts per "
-                         "second. The run's page has its lost message ids and files.")]
+        doc += [("h2", "Runs that lost data" if lost_any else "The run with the most faults"),
+                ("p", "Per run: each producer's and consumer's operations, the faults per "
+                      "node, the latency of every put with its p50 and p99, and puts per "
+                      "second. The run's page has its lost message ids and files. "
+                      + timelines_note)]
         for run_id, rel, page in lost_plots:
-            blocks += [("h3", run_id), ("link", (f"the page of {run_id}", page)),
-                       ("img", (f"timeline of {run_id}", rel))]
-    blocks += [("h2", "Runs"), ("table", runs_table(verdicts)), ("p", stores_line(verdicts))]
+            doc += [("h3", run_id), ("link", (f"the page of {run_id}", page)),
+                    ("img", (f"timeline of {run_id}", rel))]
+    doc += [("h2", "Runs"), ("table", runs_table(verdicts)), ("p", stores_line(verdicts))]
     disk = [(r, node, off, "damaged on disk at") for r in verdicts.itertuples()
             for node, off in json.loads(r.disk_damage_by_node).items()]
     disk += [(r, node, off, "kept store differs from the run's read-back from")
              for r in verdicts.itertuples()
              for node, off in json.loads(r.store_changed_by_node).items()]
     if disk:
-        blocks += [("h2", "Stores damaged or changed on disk"), (
+        doc += [("h2", "Stores damaged or changed on disk"), (
             "p", "Per node, read from the store the run kept where it did (the verdicts are "
                  "judged from what the store holds now), else from the run's read-back."),
             ("ul", [f"{r.run_id}: {node} {what} offset {off:,}"
                     for r, node, off, what in disk])]
     if problems:
-        blocks += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
-    blocks += [("h2", "Glossary"), ("ul", [
+        doc += [("h2", "Runs left out"), ("ul", [str(p) for p in problems])]
+    doc += [("h2", "Glossary"), ("ul", [
         f"**{name}**: {text}" for name, text in
-        {**GRID, **DURABILITY, **CONSUME, **RATES, **AVAILABILITY,
-         "lost m / e / s / v": "per run, as in a grid cell",
+        {**ANSWER, **DURABILITY, **CONSUME, **RATES, **AVAILABILITY,
+         "lost m / e / s / v": "per run: acknowledged messages lost on the master / lost "
+                               "everywhere / stranded / promise violations",
          "conditions": "backend, crash_model, slave_ahead_policy, ha_ship_limit, "
                        "corruption_policy appear as "
                        "columns when the runs varied them",
          "tables": "verdicts.csv (a row per run), comparison.csv (a row per mode, scenario "
                    "and conditions), timeline.csv and lost.csv (the lost message ids) hold "
                    "every figure"}.items()])]
-    return blocks
+    return doc
+
+
+def split_table(table: Table, at: str) -> list[Block]:
+    """The table as two, the second from column `at` on, both led by the
+    row's mode, scenario and conditions: so that each fits a 900 px window."""
+    keys = table.header.index("runs")
+    cut = table.header.index(at)
+
+    def part(cols: list[int], row_ids: list[str | None] | None) -> Table:
+        def pick(rows: list[list[Any]] | None) -> list[list[Any]] | None:
+            return None if rows is None else [[r[c] for c in cols] for r in rows]
+
+        picked = pick(table.rows)
+        assert picked is not None
+        return Table([table.header[c] for c in cols], picked, links=pick(table.links),
+                     classes=pick(table.classes), row_ids=row_ids, css=table.css)
+
+    head = list(range(keys))
+    return [("table", part(head + list(range(keys, cut)), table.row_ids)),
+            ("table", part(head + list(range(cut, len(table.header))), None))]
+
+
+def _html_text_breakable(text: str) -> str:
+    """Escaped, with a break allowed after each underscore, so status names
+    and condition names wrap in a narrow column."""
+    return html.escape(text).replace("_", "_<wbr>")
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("|", "\\|").replace("\n", "; ")
 
 
 def render_markdown(blocks: Sequence[Block]) -> str:
@@ -574,7 +563,10 @@ def _md_table_cell(table: Table, i: int, j: int) -> str:
 
 
 def _html_table(table: Table) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    # The answer's tables (a CSS class of their own) break names at spaces
+    # only; the wide tables also at underscores.
+    escape = html.escape if table.css else _html_text_breakable
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     rows = []
     for i, row in enumerate(table.rows):
         row_id = table.row_ids[i] if table.row_ids else None
@@ -582,16 +574,18 @@ def _html_table(table: Table) -> str:
         for j, text in enumerate(row):
             href = table.links[i][j] if table.links else None
             cls = table.classes[i][j] if table.classes else ""
-            body = html.escape(text)
+            body = "<br>".join(escape(line) for line in text.split("\n"))
             if href:
                 body = f'<a href="{html.escape(href)}">{body}</a>'
             cells.append(f'<td class="{cls}">{body}</td>' if cls else f"<td>{body}</td>")
         rows.append((f'<tr id="{row_id}">' if row_id else "<tr>") + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    css = f' class="{table.css}"' if table.css else ""
+    return f"<table{css}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-# Severity colours of the grid and the tables; no table may be wider than a
-# 1400 px window (tests/chaos/test_report_browser.py measures it in Chromium).
+# Severity colours of the tables; no table may be wider than a 900 px window,
+# and the answer must fit the first screen of a 1400 x 1000 one
+# (tests/chaos/test_report_browser.py measures both in Chromium).
 CSS = [
     "body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem}",
     "table{border-collapse:collapse;font-size:.8rem;margin:.5rem 0}",
@@ -602,6 +596,12 @@ CSS = [
     "td.violation{background:#f4c7cd}td.stranded{background:#e0cdf7}",
     "td.loss{background:#fbe3b0}td.ok{background:#cfe9d9}td.none{color:#999}",
     "td.violation,td.stranded,td.loss,td.ok,td.none{text-align:center}",
+    # The answer and by-scenario tables: a figure a line, read left to right.
+    "table.answer td,table.scenarios td{text-align:left;vertical-align:top}",
+    "table.answer th,table.scenarios th{text-align:left}",
+    # The backends' columns get the room: the answer's lines stay whole.
+    "table.answer{width:100%}table.answer td:first-child{width:12%}",
+    "table.answer.agreement td:last-child{width:24%}",
 ]
 
 
@@ -635,74 +635,14 @@ def render_html(blocks: Sequence[Block]) -> str:
     return "\n".join(out) + "\n"
 
 
-# ------------------------------------------------------------------ plots
-def _save(fig: Figure, out_dir: str, name: str) -> str:
-    rel = f"{PLOTS}/{name}"
-    fig.savefig(os.path.join(out_dir, rel), dpi=100, bbox_inches="tight")
-    return rel
-
-
-def plot_outcomes(out_dir: str, verdicts: pd.DataFrame) -> str:
-    """Per mode, the puts by outcome in absolute counts on a log axis, so a
-    handful of lost messages shows beside thousands of failed puts."""
-    modes = _modes(verdicts)
-    counts: dict[str, list[int]] = {k: [] for k in OUTCOME_COLORS}
-    for role, flush in modes:
-        g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        viol, allowed = g["promise_violations"].sum(), g["allowed_loss"].sum()
-        # A stranded message that is also a violation is drawn as a violation;
-        # per run, stranded minus violations is a lower bound on the rest.
-        stranded = (g["acked_stranded"] - g["promise_violations"]).clip(lower=0).sum()
-        indet = g["indeterminate"].sum()
-        values = [g["acked"].sum() - viol - allowed - stranded, allowed, stranded, viol,
-                  g["failed"].sum() - indet, indet]
-        for key, value in zip(OUTCOME_COLORS, values, strict=True):
-            counts[key].append(int(value))
-    fig = Figure(figsize=(10, 1.0 + 1.1 * len(modes)), layout="constrained")
-    ax = fig.subplots()
-    height = 0.8 / len(OUTCOME_COLORS)
-    for k, (key, color) in enumerate(OUTCOME_COLORS.items()):
-        y = np.arange(len(modes)) + (k - (len(OUTCOME_COLORS) - 1) / 2) * height
-        widths = np.array(counts[key], dtype=float)
-        ax.barh(y, np.where(widths > 0, widths, np.nan), height=height, color=color, label=key)
-        for yi, n in zip(y, counts[key], strict=True):
-            ax.text(max(n, 1) * 1.15, yi, f"{n:,}", va="center", fontsize=7)
-    ax.set_xscale("log")
-    ax.set_xlim(0.8, max(max(max(v) for v in counts.values()), 1) * 8)
-    ax.set_yticks(range(len(modes)), [mode_label(r, f) for r, f in modes], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("puts (log scale)")
-    ax.set_title("Outcome of every put, per mode (absolute counts)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-    return _save(fig, out_dir, "outcomes.png")
-
-
-def plot_slave_ahead(out_dir: str, verdicts: pd.DataFrame) -> str:
-    modes = _modes(verdicts)
-    fig = Figure(figsize=(8, 4))
-    ax = fig.subplots()
-    rng = np.random.default_rng(0)  # jitter only; fixed so plots are reproducible
-    for i, (role, flush) in enumerate(modes):
-        g = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
-        y = g["slave_ahead_at_restart_bytes"].to_numpy(dtype=float)
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(y)), y, s=12, alpha=0.6)
-        if len(y):
-            ax.hlines(y.max(), i - 0.3, i + 0.3, color="black", linewidth=1)
-    ax.set_xticks(range(len(modes)), [mode_label(r, f).replace(" + ", "\n") for r, f in modes])
-    ax.set_yscale("symlog", linthresh=1024)
-    ax.set_ylabel("bytes (0 = not ahead; line = max)")
-    ax.set_title("Slave ahead of the recovered master, per run")
-    return _save(fig, out_dir, "slave_ahead.png")
-
-
-def _with_coverage(blocks: list[Block], coverage: Sequence[PlanCoverage]) -> list[Block]:
+def _with_coverage(doc: list[Block], coverage: Sequence[PlanCoverage]) -> list[Block]:
     """The document with, for each matrix missing planned runs, a warning
     under the first line (how many of the planned runs it covers) and,
     before the glossary, every missing run by name: a report over an
     interrupted matrix must not read as the whole of it."""
     incomplete = [c for c in coverage if c.missing]
     if not incomplete:
-        return blocks
+        return doc
     warning = [("p", f"**Warning: {c.summary(max_named=5)}.** The figures below cover only "
                      "the runs found (the missing ones are listed at the end).")
                for c in incomplete]
@@ -710,34 +650,44 @@ def _with_coverage(blocks: list[Block], coverage: Sequence[PlanCoverage]) -> lis
     for c in incomplete:
         listed += [("p", f"{c.plan.path}: {c.found} of {c.planned} planned runs found; "
                          f"no run directory for:"), ("ul", list(c.missing))]
-    glossary = next(i for i, (kind, text) in enumerate(blocks)
+    glossary = next(i for i, (kind, text) in enumerate(doc)
                     if kind == "h2" and text == "Glossary")
-    return [*blocks[:2], *warning, *blocks[2:glossary], *listed, *blocks[glossary:]]
+    return [*doc[:2], *warning, *doc[2:glossary], *listed, *doc[glossary:]]
 
 
 def write_report(out_dir: str, *, verdicts: pd.DataFrame, comparison: pd.DataFrame,
                  timeline: pd.DataFrame, runs: Sequence[RunInfo],
                  problems: Sequence[Problem], lost: pd.DataFrame | None = None,
-                 coverage: Sequence[PlanCoverage] = ()) -> list[str]:
+                 coverage: Sequence[PlanCoverage] = (),
+                 agreement: answer.Agreement | None = None,
+                 progress: Progress | None = None) -> list[str]:
     """Write the plots, the run pages, report.md and report.html; returns
-    their paths."""
-    os.makedirs(os.path.join(out_dir, PLOTS), exist_ok=True)
+    their paths. `agreement`: compare-backends' verdict over these runs
+    (chaos/report/answer.py find_agreement)."""
+    progress = progress or QuietProgress()
+    os.makedirs(os.path.join(out_dir, plots.PLOTS), exist_ok=True)
     if lost is None:
         lost = pd.DataFrame(columns=["run_id", "msg_id", "acked_offset", "held_by",
                                      "lost_everywhere", "stranded", "violation"])
-    plots = [
-        ("Outcome of every put, per mode", plot_outcomes(out_dir, verdicts)),
-        ("Slave ahead of the recovered master, per mode", plot_slave_ahead(out_dir, verdicts)),
+    plot_files = [
+        ("Outcome of every put, per mode and backend", plots.plot_outcomes(out_dir, verdicts)),
+        ("Slave ahead of the recovered master, per mode and backend",
+         plots.plot_slave_ahead(out_dir, verdicts)),
     ]
-    pages = run_pages.write_run_pages(out_dir, verdicts, runs, lost)
+    drawn = run_pages.to_draw(verdicts)
+    progress.step(f"writing {_plural(len(verdicts), 'run page')}, "
+                  f"{_plural(len(drawn.draw), 'timeline')} among them")
+    with progress.items(len(verdicts), "run pages") as tick:
+        pages = run_pages.write_run_pages(out_dir, verdicts, runs, lost, drawn, tick)
     featured = run_pages.featured(verdicts)[:FEATURED_RUNS]
     lost_plots = [(run_id, pages.plots[run_id], run_page(run_id)) for run_id in featured
                   if run_id in pages.plots]
-    blocks = _document(verdicts, comparison, problems, plots, lost_plots)
-    blocks = _with_coverage(blocks, coverage)
-    paths = [os.path.join(out_dir, rel) for _, rel in plots] + pages.paths
-    for name, text in (("report.md", render_markdown(blocks)),
-                       ("report.html", render_html(blocks))):
+    doc = _document(verdicts, comparison, problems, plot_files, lost_plots, agreement,
+                    drawn.note())
+    doc = _with_coverage(doc, coverage)
+    paths = [os.path.join(out_dir, rel) for _, rel in plot_files] + pages.paths
+    for name, text in (("report.md", render_markdown(doc)),
+                       ("report.html", render_html(doc))):
         path = os.path.join(out_dir, name)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

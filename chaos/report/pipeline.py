@@ -112,8 +112,8 @@ from chaos.check.run_dirs import (
     first_row_problem,
     load_runs,
 )
+from chaos.report import answer, tables
 from chaos.report import document as report
-from chaos.report import tables
 from chaos.report.inputs import SMALL_INPUT_BYTES, inputs
 from chaos.report.progress import Progress, QuietProgress
 from chaos.schema import CONSUMER_NODE
@@ -505,8 +505,13 @@ def build_report(
             progress.step(f"checking {len(runs)} runs (Spark)")
             with progress.spark_job(spark.sparkContext, "check"):
                 results = _run_query(spark, runs)
+        agreement, unread_agreement = answer.find_agreement(run_dirs, dirs)
+        if unread_agreement:
+            progress.step(unread_agreement)
+        elif agreement is not None:
+            progress.step(f"the backends' agreement: {agreement.path}")
         # Inside: the consume figures and run pages read the re-read records.
-        return _write(runs, problems, results, out_dir, progress, coverage)
+        return _write(runs, problems, results, out_dir, progress, coverage, agreement)
 
 
 def _malformed(runs: Sequence[RunInfo], results: dict[str, pd.DataFrame]) -> dict[int, str]:
@@ -555,7 +560,8 @@ def lost_table(runs: Sequence[RunInfo], figures: pd.DataFrame) -> pd.DataFrame:
 
 def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.DataFrame],
            out_dir: str, progress: Progress,
-           coverage: Sequence[matrix_plan.PlanCoverage] = ()) -> ReportSummary:
+           coverage: Sequence[matrix_plan.PlanCoverage] = (),
+           agreement: answer.Agreement | None = None) -> ReportSummary:
     assert all(r.index == i for i, r in enumerate(runs))  # results are keyed by index
     for run_index, message in _malformed(runs, results).items():
         progress.step(f"left out: {message}")
@@ -608,7 +614,7 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
             files.append(path)
     files += report.write_report(out_dir, verdicts=verdicts, comparison=comparison,
                                  timeline=timeline, runs=good, problems=problems, lost=lost,
-                                 coverage=coverage)
+                                 coverage=coverage, agreement=agreement, progress=progress)
     return ReportSummary(out_dir=out_dir, runs=len(good), problems=problems, verdicts=verdicts,
                          comparison=comparison, timeline=timeline, files=files,
                          coverage=list(coverage))

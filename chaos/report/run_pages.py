@@ -12,9 +12,12 @@ a timeline figure (runs/RUN.png):
             PUT_OK p50 and p99 per half second
 - rate      puts per second, PUT_OK and failed
 
-The timeline reads the run's history again in Python, so only the
-TIMELINE_RUNS_MAX most interesting runs (promise violations, stranded, lost
-on the master, then most faults) get one; every run gets its page.
+The timeline reads the run's history again in Python (about half a second
+a figure), so not every run gets one (to_draw): every run that lost
+acknowledged messages, broke a promise or stayed unwritable to the end
+does, up to MUST_DRAW_MAX of them (worst first); the rest, up to
+TIMELINE_RUNS_MAX in all, go to the runs with the most faults. A run whose
+timeline was left out says on its page why. Every run gets its page.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +33,9 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from chaos.check.run_dirs import RunInfo
 from chaos.schema import read_jsonl
@@ -38,6 +43,7 @@ from store.status import INDETERMINATE, PutStatus
 
 RUNS = "runs"
 TIMELINE_RUNS_MAX = 40
+MUST_DRAW_MAX = 200
 BIN_S = 0.5
 STATUS_COLORS = {PutStatus.PUT_OK: "#4c9f70", INDETERMINATE: "#2b2d42"}
 OTHER_COLORS = ["#d1495b", "#edae49", "#00798c", "#6a4c93", "#8d6a9f", "#f46036", "#8d99ae"]
@@ -45,6 +51,11 @@ FAULT_COLORS = {"kill": "#d1495b", "stop": "#8d99ae", "start": "#4c9f70", "resta
                 "pause": "#f2b134", "resume": "#f2b134", "partition": "#00798c",
                 "heal": "#00798c", "torn_tail": "#6a4c93", "bit_flip": "#6a4c93",
                 "failpoint": "#edae49"}
+FAILED_COLOR = "#f46036"  # failed puts per second (the fault lines are the red ones)
+FAULT_LINESTYLES: dict[str, Any] = {
+    "kill": "--", "stop": "--", "start": ":", "restart": ":", "torn_tail": "-.",
+    "bit_flip": "-.", "failpoint": (0, (1, 1)), "refused": (0, (5, 1, 1, 1)),
+    "rogue_peer": (0, (3, 1, 1, 1, 1, 1))}
 
 
 @dataclass
@@ -68,13 +79,66 @@ def _by_interest(verdicts: pd.DataFrame) -> pd.DataFrame:
         ascending=[False, False, False, False, True])
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """Which runs get a timeline (module doc): `draw`; `must`: how many runs
+    lost messages, broke a promise or stayed unwritable; `skipped`: those
+    of them left out by MUST_DRAW_MAX."""
+
+    draw: list[str]
+    must: int
+    skipped: list[str]
+
+    def note(self) -> str:
+        """What the report says about the timelines it drew."""
+        text = (f"Timelines are drawn for every run that lost acknowledged messages, broke a "
+                f"promise or stayed unwritable ({self.must:,})")
+        if self.skipped:
+            text += (f" up to {MUST_DRAW_MAX:,}: {len(self.skipped):,} of them were left "
+                     "out (their pages say so; report one alone to draw it)")
+        return text + f", and for the runs with the most faults, {TIMELINE_RUNS_MAX} in all."
+
+    def why_not(self, run_id: str) -> str:
+        """A run page's sentence for a run without a timeline."""
+        if run_id in self.skipped:
+            return (f"No timeline drawn: {self.must:,} runs of this report lost messages, "
+                    f"broke a promise or stayed unwritable, and it draws the worst "
+                    f"{MUST_DRAW_MAX:,} of them (a figure takes about half a second); report "
+                    "this run alone (dlab report RUN_DIR) to see it.")
+        return ("No timeline drawn: this run lost no acknowledged message and stayed "
+                f"writable, and the report draws such runs only up to {TIMELINE_RUNS_MAX} in "
+                "all, those with the most faults; report this run alone (dlab report "
+                "RUN_DIR) to see it.")
+
+
+def needs_timeline(verdicts: pd.DataFrame) -> pd.Series:
+    """Per run: it lost acknowledged messages, broke a promise or stayed
+    unwritable to the end."""
+    return ((verdicts["acked_lost_master"] > 0) | (verdicts["promise_violations"] > 0)
+            | (verdicts["evidence_breaches"] > 0) | (verdicts["acked_stranded"] > 0)
+            | verdicts["unwritable_until_end"].astype(bool))
+
+
+def to_draw(verdicts: pd.DataFrame) -> Drawn:
+    order = _by_interest(verdicts)
+    must = list(order.loc[needs_timeline(order), "run_id"])
+    rest = [r for r in order["run_id"] if r not in set(must)]
+    draw = must[:MUST_DRAW_MAX]
+    draw += rest[:max(0, TIMELINE_RUNS_MAX - len(draw))]
+    return Drawn(draw=draw, must=len(must), skipped=must[MUST_DRAW_MAX:])
+
+
 def write_run_pages(out_dir: str, verdicts: pd.DataFrame, runs: Sequence[RunInfo],
-                    lost: pd.DataFrame) -> Pages:
+                    lost: pd.DataFrame, drawn: Drawn | None = None,
+                    tick: Callable[[], None] = lambda: None) -> Pages:
+    """A page per run, with its timeline for the runs `drawn` says
+    (to_draw's, by default); `tick` after each page."""
     runs_dir = os.path.join(out_dir, RUNS)
     os.makedirs(runs_dir, exist_ok=True)
     pages = Pages()
     by_id = {r.run_id: r for r in runs}
-    plotted = set(_by_interest(verdicts)["run_id"][:TIMELINE_RUNS_MAX])
+    drawn = drawn or to_draw(verdicts)
+    plotted = set(drawn.draw)
     lost_by_run = {k: g for k, g in lost.groupby("run_id")}
     for v in verdicts.to_dict("records"):
         run = by_id[v["run_id"]]
@@ -88,8 +152,10 @@ def write_run_pages(out_dir: str, verdicts: pd.DataFrame, runs: Sequence[RunInfo
             pages.paths.append(os.path.join(runs_dir, name))
         path = os.path.join(runs_dir, f"{run.run_id}.html")
         with open(path, "w", encoding="utf-8") as f:
-            f.write(run_page_html(run, v, lost_by_run.get(run.run_id), plot, runs_dir))
+            f.write(run_page_html(run, v, lost_by_run.get(run.run_id), plot, runs_dir,
+                                  no_plot_why=drawn.why_not(run.run_id)))
         pages.paths.append(path)
+        tick()
     return pages
 
 
@@ -111,13 +177,23 @@ def _status_colors(statuses: Sequence[str]) -> dict[str, str]:
             **{s: OTHER_COLORS[i % len(OTHER_COLORS)] for i, s in enumerate(others)}}
 
 
+def _marker(status: str, lane: bool = False) -> str:
+    """Shape as well as colour: PUT_OK a tick (a dot in the latency panel),
+    INDETERMINATE a diamond, any failed status a cross."""
+    if status == PutStatus.PUT_OK:
+        return "|" if lane else "."
+    return "d" if status == INDETERMINATE else "x"
+
+
 def _ms_label(v: float, _pos: Any = None) -> str:
     return f"{v:g}"
 
 
 def timeline_figure(run: RunInfo) -> Figure:
     """A run's timeline: each producer's operations, the consumer's pulls and
-    the faults per node in lanes; PUT latency; puts per second."""
+    the faults per node in lanes; PUT latency; puts per second. Every panel
+    has its own tick labels; a sim run says in its title and axes that its
+    times are simulated, and its panels have a tinted background."""
     h = _history(run)
     start = run.params["started_ms"]
     end_s = (run.params["ended_ms"] - start) / 1000
@@ -132,62 +208,125 @@ def timeline_figure(run: RunInfo) -> Figure:
     lanes += [n.name for n in run.nodes]
     y = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
 
-    fig = Figure(figsize=(12, 3.0 + 0.3 * len(lanes) + 4.5), layout="constrained")
+    fig = Figure(figsize=(12, 3.0 + 0.35 * len(lanes) + 4.5), layout="constrained")
     ax_lanes, ax_lat, ax_rate = fig.subplots(
-        3, 1, sharex=True, height_ratios=[0.6 + 0.3 * len(lanes), 2.6, 1.6])
+        3, 1, sharex=True, height_ratios=[0.6 + 0.35 * len(lanes), 2.6, 1.6])
+    sim = run.params["backend"] == "sim"
+    clock = "simulated " if sim else ""
     fig.suptitle(f"{run.run_id}: {run.params['role']} + {run.params['flush']}, "
-                 f"scenario {run.params['scenario']}, seed {run.params['seed']}", fontsize=10)
+                 f"scenario {run.params['scenario']}, seed {run.params['seed']} — "
+                 + ("SIM backend, simulated time" if sim
+                    else f"{run.params['backend']} backend, wall-clock time"), fontsize=10)
+    ax_lanes.set_xlim(0, max(end_s, float(h["t"].max()) if len(h) else 0.0, 0.001))
 
     for status, g in h.groupby("status"):
         ys = g["producer"].map(lambda p: y[f"producer {int(p)}"])
-        ax_lanes.scatter(g["t"], ys, marker="|", s=60, color=colors[str(status)],
-                         linewidths=0.6)
+        ax_lanes.scatter(g["t"], ys, marker=_marker(str(status), lane=True),
+                         s=60 if status == PutStatus.PUT_OK else 24,
+                         color=colors[str(status)], linewidths=0.6, label=str(status))
     if consumed is not None and len(consumed):
         ax_lanes.scatter((consumed["time_ms"] - start) / 1000, [y["consumer"]] * len(consumed),
-                         marker="|", s=60, color="#00798c", linewidths=0.6)
-    spans, instants = _draw_faults(ax_lanes, run, y, start)
+                         marker="|", s=60, color="#00798c", linewidths=0.6, label="delivered")
+    kinds = _draw_faults(ax_lanes, run, y, start, ax_lanes.get_xlim())
     _draw_observations(ax_lanes, run, y, start)
     ax_lanes.set_yticks(list(y.values()), list(y))
     ax_lanes.set_ylim(-0.8, len(lanes) - 0.2)
     ax_lanes.set_ylabel("operations and faults", fontsize=8)
-    ax_lanes.tick_params(labelsize=8)
-    sim = "simulated " if run.params["backend"] == "sim" else ""
-    _draw_latency(ax_lat, h, colors, sim)
-    _draw_rate(ax_rate, h, end_s, sim)
+    ax_lanes.legend(handles=_lane_legend(ax_lanes, kinds, run), fontsize=7, loc="upper left",
+                    bbox_to_anchor=(1.0, 1.0))
+    _draw_latency(ax_lat, h, colors, clock)
+    _draw_rate(ax_rate, h, end_s, clock)
     for ax in (ax_lat, ax_rate):
-        for begin, width, color in spans:
-            ax.axvspan(begin, begin + width, color=color, alpha=0.15)
-        for at, color in instants:
-            ax.axvline(at, color=color, linewidth=1.2, linestyle="--")
+        _mark_faults(ax, run, start)
+    for ax in (ax_lanes, ax_lat, ax_rate):
+        ax.tick_params(labelsize=8, labelbottom=True)
+        ax.set_xlabel(f"{clock}seconds since the run started", fontsize=8)
+        if sim:
+            ax.set_facecolor("#f2f6fa")
+    ax_rate.legend(handles=[*ax_rate.get_legend_handles_labels()[0],
+                            *_fault_handles(kinds)], fontsize=7, loc="upper left",
+                   bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
+def _fault_style(kind: str) -> tuple[str, Any]:
+    """A fault kind's colour and line style (the legend tells them apart)."""
+    return FAULT_COLORS.get(kind, "#999999"), FAULT_LINESTYLES.get(kind, "-")
+
+
+def _is_span(f: dict[str, Any]) -> bool:
+    """A fault that lasts (a pause, a partition, a start) is drawn as a band."""
+    return f["end_ms"] is not None and f["end_ms"] > f["start_ms"]
+
+
+def _fault_handles(kinds: dict[str, bool]) -> list[Any]:
+    """Legend entries for the fault kinds drawn: a line, or a band for a span."""
+    handles: list[Any] = []
+    for kind, span in kinds.items():
+        color, style = _fault_style(kind)
+        handles.append(Patch(color=color, alpha=0.3, label=f"{kind} (span)") if span
+                       else Line2D([], [], color=color, linestyle=style, linewidth=1.5,
+                                   label=f"{kind} (fault)"))
+    return handles
+
+
+def _lane_legend(ax: Any, kinds: dict[str, bool], run: RunInfo) -> list[Any]:
+    """The lanes' statuses, the fault kinds and the observations drawn."""
+    handles = list(ax.get_legend_handles_labels()[0]) + _fault_handles(kinds)
+    if any(o["kind"] == "slave_ahead" and o["slave_offset"] > o["master_offset"]
+           for o in run.observations):
+        handles.append(Line2D([], [], marker="^", color="#9b5de5", linestyle="",
+                              label="slave ahead"))
+    if any(o["kind"] == "settle" and "stalled" in (o.get("detail") or "")
+           for o in run.observations):
+        handles.append(Line2D([], [], marker="s", color="#d1495b", linestyle="",
+                              label="replication stalled"))
+    return handles
+
+
 def _draw_faults(ax: Any, run: RunInfo, y: dict[str, int], start: int,
-                 ) -> tuple[list[tuple[float, float, str]], list[tuple[float, str]]]:
-    """Each fault in its node's lane: a bar for one with a duration, a line
-    for an instant one. Returns both, for the other panels to mark."""
-    instants: list[tuple[float, str]] = []
-    spans: list[tuple[float, float, str]] = []
-    for f in run.faults:
+                 xlim: tuple[float, float]) -> dict[str, bool]:
+    """Each fault in its node's lane: a bar for one that lasts, a line for
+    an instant one, labelled where the label does not run into the one
+    before it in the lane (the legend names every kind). Returns the kinds
+    drawn, each with whether it was drawn as a span."""
+    kinds: dict[str, bool] = {}
+    # A label's width in seconds: 7 pt characters (about 0.06 in) on an
+    # axis about 8.5 in wide.
+    char_s = (xlim[1] - xlim[0]) * 0.06 / 8.5
+    label_end: dict[int, float] = {}
+    for f in sorted(run.faults, key=lambda f: f["start_ms"]):
         node = f["node"]
         begin = (f["start_ms"] - start) / 1000
         label = f["kind"] + (f" ↔ {f['peer']}" if f.get("peer") else "")
-        color = FAULT_COLORS.get(f["kind"], "#999999")
+        color, style = _fault_style(f["kind"])
         lane = y.get(node) if node is not None else None
-        if lane is None and node == "consumer":
-            lane = y.get("consumer")
-        if f["end_ms"] is not None and f["end_ms"] > f["start_ms"]:
+        span = _is_span(f)
+        kinds.setdefault(f["kind"], span)
+        if lane is None:
+            continue
+        if span:
             width = (f["end_ms"] - f["start_ms"]) / 1000
-            spans.append((begin, width, color))
-            if lane is not None:
-                ax.broken_barh([(begin, width)], (lane - 0.35, 0.7), color=color, alpha=0.6)
-                ax.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
+            ax.broken_barh([(begin, width)], (lane - 0.35, 0.7), color=color, alpha=0.6)
         else:
-            instants.append((begin, color))
-            if lane is not None:
-                ax.plot([begin, begin], [lane - 0.45, lane + 0.45], color=color, linewidth=2)
-                ax.text(begin, lane + 0.38, label, fontsize=7, va="bottom")
-    return spans, instants
+            ax.plot([begin, begin], [lane - 0.45, lane + 0.45], color=color, linewidth=2,
+                    linestyle=style)
+        if begin >= label_end.get(lane, float("-inf")):
+            ax.text(begin, lane + 0.38, label, fontsize=7, va="bottom", clip_on=True)
+            label_end[lane] = begin + (len(label) + 1) * char_s
+    return kinds
+
+
+def _mark_faults(ax: Any, run: RunInfo, start: int) -> None:
+    """The faults across a panel: a band for one that lasts, a line for an
+    instant one, styled as in the legend."""
+    for f in run.faults:
+        color, style = _fault_style(f["kind"])
+        begin = (f["start_ms"] - start) / 1000
+        if _is_span(f):
+            ax.axvspan(begin, (f["end_ms"] - start) / 1000, color=color, alpha=0.15)
+        else:
+            ax.axvline(begin, color=color, linewidth=1.2, linestyle=style)
 
 
 def _draw_observations(ax: Any, run: RunInfo, y: dict[str, int], start: int) -> None:
@@ -208,13 +347,28 @@ def _draw_observations(ax: Any, run: RunInfo, y: dict[str, int], start: int) -> 
                     color="#d1495b")
 
 
+def _log_ticks(ax: Any, values: pd.Series) -> None:
+    """A log axis over whole decades (at least one) with ticks at 1, 2 and 5
+    of each decade (1 only over more than three), every tick labelled."""
+    lo = float(values.min()) if len(values) else 1.0
+    hi = float(values.max()) if len(values) else 1.0
+    lo_exp, hi_exp = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    hi_exp = max(hi_exp, lo_exp + 1)
+    ax.set_ylim(10.0 ** lo_exp, 10.0 ** hi_exp)
+    subs = (1.0, 2.0, 5.0) if hi_exp - lo_exp <= 3 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str], sim: str) -> None:
-    """Each put's latency by status, with PUT_OK's p50 and p99 per bin
-    (`sim`: "simulated " on a sim run, whose times are simulated)."""
+    """Each put's latency by status (a shape per kind of status), with
+    PUT_OK's p50 and p99 per bin (`sim`: "simulated " on a sim run)."""
     for status, g in h.groupby("status"):
-        ax.scatter(g["t"], g["latency_ms"], s=3 if status == PutStatus.PUT_OK else 8,
-                   alpha=0.35 if status == PutStatus.PUT_OK else 0.8, color=colors[str(status)],
-                   label=f"{status} ({len(g):,})", linewidths=0)
+        ok = status == PutStatus.PUT_OK
+        ax.scatter(g["t"], g["latency_ms"], s=4 if ok else 14, marker=_marker(str(status)),
+                   alpha=0.35 if ok else 0.8, color=colors[str(status)],
+                   label=f"{status} ({len(g):,})", linewidths=0 if ok else 0.8)
     ok = h[h["status"] == PutStatus.PUT_OK]
     if len(ok):
         bins = np.floor(ok["t"] / BIN_S) * BIN_S + BIN_S / 2
@@ -222,26 +376,25 @@ def _draw_latency(ax: Any, h: pd.DataFrame, colors: dict[str, str], sim: str) ->
         ax.plot(q.index, q[0.5], color="black", linewidth=1, label="PUT_OK p50")
         ax.plot(q.index, q[0.99], color="#d1495b", linewidth=1, label="PUT_OK p99")
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    _log_ticks(ax, h["latency_ms"])
     ax.set_ylabel(f"latency, {sim}ms (log)", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.tick_params(labelsize=8)
 
 
 def _draw_rate(ax: Any, h: pd.DataFrame, end_s: float, sim: str) -> None:
-    """PUT_OK and failed puts per second."""
+    """PUT_OK (solid) and failed (dash-dotted) puts per second."""
     ok = h[h["status"] == PutStatus.PUT_OK]
     edges = np.arange(0, max(end_s, float(h["t"].max()) if len(h) else 0) + BIN_S, BIN_S)
     if len(edges) > 1:
-        for name, g, color in (("PUT_OK", ok, STATUS_COLORS[PutStatus.PUT_OK]),
-                               ("failed", h[h["status"] != PutStatus.PUT_OK], "#d1495b")):
+        for name, g, color, style in (
+                ("PUT_OK", ok, STATUS_COLORS[PutStatus.PUT_OK], "-"),
+                ("failed", h[h["status"] != PutStatus.PUT_OK], FAILED_COLOR, "-.")):
             n, _ = np.histogram(g["t"], bins=edges)
-            ax.step(edges[:-1], n / BIN_S, where="post", color=color, label=name)
+            ax.step(edges[:-1], n / BIN_S, where="post", color=color, linestyle=style,
+                    label=name)
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
     ax.set_ylabel(f"puts per {sim}second", fontsize=8)
-    ax.set_xlabel(f"{sim}seconds since the run started", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.tick_params(labelsize=8)
 
 
 # ------------------------------------------------------------------ page
@@ -335,8 +488,28 @@ def _file_links(run: RunInfo, runs_dir: str) -> list[str]:
     return items
 
 
+def crash_point_section(explore: Any, start: int, sec: str) -> list[str]:
+    """A case of `dlab chaos explore` (chaos/explore/): where it crashed,
+    in which disk state, and the run's events up to the crash."""
+    if not isinstance(explore, dict) or not explore.get("trace") or "event" not in explore:
+        return []
+    e = html.escape
+    state = explore.get("state") or {}
+    kept = "; ".join(f"{node}: " + (", ".join(f"{path} keeps {w} whole" + (
+        f" + {t} bytes torn" if t else "") for path, (w, t) in files.items())
+        or "durable bytes only") for node, files in state.items())
+    return ["<h2>Crash point</h2>",
+            f"<p>Crashed {e(str(explore.get('target')))} right after event "
+            f"{explore['event']} ({e(str(explore.get('expect', '')))}), disk state "
+            f"{explore.get('state_index')}: {e(kept)}. The events of the run up to the "
+            "crash:</p>",
+            _table(["#", f"at {sec}", "node", "event", "file"],
+                   [[str(t["index"]), _s(t["at_ms"], start), e(t["node"]), e(t["kind"]),
+                     e(t["detail"] or "–")] for t in explore["trace"]])]
+
+
 def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
-                  plot: str | None, runs_dir: str) -> str:
+                  plot: str | None, runs_dir: str, no_plot_why: str = "") -> str:
     e = html.escape
     start = run.params["started_ms"]
     # The sim backend's times are simulated time (docs/simulation.md).
@@ -367,8 +540,7 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
                 "puts per second.</p>",
                 f'<p><img src="{quote(plot)}" alt="timeline of {e(run.run_id)}"></p>']
     else:
-        out.append(f"<p>No timeline drawn: the report draws the {TIMELINE_RUNS_MAX} runs "
-                   "that lost most; report this run alone to see it.</p>")
+        out.append(f'<p id="no-timeline">{e(no_plot_why or "No timeline drawn.")}</p>')
     if v.get("first_evidence_breaches"):
         out += ["<h2>PUT_OKs their evidence does not cover</h2>",
                 "<p>The first few (seconds since the run started; chaos/check/evidence.py):"
@@ -378,6 +550,7 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
         [[str(f["fault_id"]), e(f["kind"]), e(f["node"] or "–"), e(f.get("peer") or "–"),
           _s(f["start_ms"], start), _s(f["end_ms"], start), "yes" if f["damages_disk"] else "no",
           e(f.get("detail") or "")] for f in run.faults]) if run.faults else "<p>None.</p>"]
+    out += crash_point_section(run.params.get("explore"), start, sec)
     obs = [o for o in run.observations if o["kind"] in ("slave_ahead", "settle")]
     if obs:
         out += ["<h2>Observations</h2>", _table(

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaos.harness import sparse
+from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
@@ -140,6 +141,9 @@ class SimNode:
     # Failpoints armed at every later start (SimCluster.set_failpoints); None:
     # the spec's, at the first start only.
     failpoints: str | None = None
+    # With machine timings: when the running incarnation's put path is free
+    # again (each put holds it for timings.put_us, one after another).
+    busy_until: float = 0.0
 
     @property
     def address(self) -> str:
@@ -153,7 +157,8 @@ class SimCluster:
     def __init__(self, loop: VirtualTimeLoop, rng: random.Random, master: NodeSpec,
                  slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
                  on_crash: Callable[[str], object], *, pausable: bool = False,
-                 fsync_rng: random.Random | None = None, token: str = TOKEN) -> None:
+                 fsync_rng: random.Random | None = None, token: str = TOKEN,
+                 timings: MachineTimings | None = None) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
@@ -161,7 +166,11 @@ class SimCluster:
         self.disk_faults = disk_faults
         # Its own generator: the fsync draws shift no other draw of the run.
         self.fsync_rng = fsync_rng if fsync_rng is not None else random.Random(0)
-        self.fsync_typical_s = math.exp(self.fsync_rng.uniform(*map(math.log, FSYNC_S)))
+        # A machine's measured times (chaos/harness/timings.py), or a disk
+        # speed drawn for the run.
+        self.timings = timings
+        self.fsync_typical_s = (timings.fsync_us[len(timings.fsync_us) // 2] / 1e6 if timings
+                                else math.exp(self.fsync_rng.uniform(*map(math.log, FSYNC_S))))
         self._on_crash = on_crash  # told the node's name when a failpoint crashes it
         # Each node's tasks, in creation order (weakly: a finished task goes).
         self._tasks: dict[str, weakref.WeakKeyDictionary[asyncio.Task[Any], int]] = {}
@@ -190,9 +199,13 @@ class SimCluster:
                        MemoryDisk(self.rng, self.disk_faults, self.clock))
 
     def net_delay(self) -> float:
+        if self.timings is not None:
+            return self.timings.net_s(self.rng)
         return self.rng.uniform(*NET_DELAY_S)
 
     def fsync_latency(self) -> float:
+        if self.timings is not None:
+            return self.timings.fsync_s(self.fsync_rng)
         return self.fsync_typical_s * self.fsync_rng.uniform(0.5, 1.5)
 
     def _task_factory(self, loop: asyncio.AbstractEventLoop,
@@ -249,6 +262,7 @@ class SimCluster:
         assert n.state is not NodeState.RUNNING, name
         n.incarnation += 1
         n.calls = {}
+        n.busy_until = 0.0
         spec = n.failpoints if n.failpoints is not None else (
             n.spec.failpoints if n.incarnation == 1 else "")  # a run: first start only
         # Its stalls take virtual time and hold back only the work that hit
@@ -442,11 +456,18 @@ class SimSender:
         finally:
             timer.cancel()
 
-    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message) -> None:
+    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message,
+                queued: int | None = None) -> None:
+        """The call reached the node (`queued`: the incarnation whose put
+        path it waited for, with machine timings)."""
         c = self.cluster
         n = c.nodes[self.name]
         node = n.node
         if answer.done():
+            return
+        if queued is not None and (node is None or n.incarnation != queued):
+            _answer(answer, SendOutcome(INDETERMINATE, None, None,
+                                        f"UNAVAILABLE: {self.name} went down during the call"))
             return
         if node is None:
             _answer(answer, SendOutcome(INDETERMINATE, None, None,
@@ -454,7 +475,16 @@ class SimSender:
             return
         held = c._held.get(self.name)
         if held is not None:  # waits in the socket until the node resumes
-            held.append((NET_CONTEXT, self._arrive, (answer, msg)))
+            held.append((NET_CONTEXT, self._arrive, (answer, msg, queued)))
+            return
+        timings = c.timings
+        if timings is not None and timings.put_us and queued is None:
+            # The node's own time per put: puts take its put path one after
+            # another, each for put_us, before their append.
+            now = c.loop.time()
+            n.busy_until = max(now, n.busy_until) + timings.put_s
+            c.loop.call_at(n.busy_until, self._arrive, answer, msg, n.incarnation,
+                           context=NET_CONTEXT)
             return
         calls = n.calls
         calls[answer] = None

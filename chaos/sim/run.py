@@ -205,7 +205,7 @@ class SimRun(RunBase):
                              on_crash=lambda name: self.crashed_at.setdefault(
                                  name, loop.wall_ms()),
                              pausable=any(s.action is Action.PAUSE for s in cfg.scenario.steps),
-                             fsync_rng=stream(cfg.seed, "sim-fsync"))
+                             fsync_rng=stream(cfg.seed, "sim-fsync"), timings=cfg.sim_timings)
         self.cluster = cluster
         for name in self.nodes:
             await cluster.start(name)
@@ -323,6 +323,9 @@ class SimRun(RunBase):
 
     async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
                      detail: str | None) -> None:
+        timings = self.cfg.sim_timings
+        if timings is not None and timings.start_us:
+            await asyncio.sleep(timings.start_s)  # the process starting: the node is down
         if name == self.master:
             self._slave_offsets = {s: w for s in self.slaves
                                    if (w := cluster.wrote(s)) is not None}
@@ -342,7 +345,7 @@ class SimRun(RunBase):
         spec = self._armed(name)
         # A local run's load comes as fast as acks (the hit comes within
         # 10 s); a sim run's at a rate, over a longer run: half of it.
-        wait_s = max(10.0, self.cfg.sim_duration_s / 2)
+        wait_s = max(10.0, (self.cfg.sim_duration_s or self.cfg.scenario.load_s) / 2)
         deadline = cluster.loop.time() + wait_s
         while cluster.loop.time() < deadline:
             if cluster.nodes[name].state is NodeState.STOPPED:
@@ -431,7 +434,8 @@ class SimRun(RunBase):
         return {"simulated_s": round(simulated_s, 3),
                 "rate_per_s": self.workload.rate_per_s,
                 "producers": self.workload.producers,
-                "net_delay_s": list(NET_DELAY_S),
+                "net_delay_s": (list(NET_DELAY_S) if cluster.timings is None
+                                else [v / 1e6 for v in cluster.timings.net_us]),
                 "fsync_typical_s": round(cluster.fsync_typical_s, 6),
                 "disk_fault_profile": self.cfg.sim_disk_faults,
                 "disk_fault_rates": {"torn_write": self.disk_faults.torn_write,

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from cluster.backends.dir_files import replace_no_link, write_token
 from cluster.backends.docker_engine import EngineUnavailableError, connect
+from cluster.backends.failover import Promotion, decide_promote, refuse_lost
+from cluster.backends.failover_steps import FailoverSteps
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
@@ -59,11 +61,12 @@ from cluster.backends.procs import free_ports
 from cluster.backends.state_dir import (
     STATE_FILE,
     STATE_VERSION,
-    ClusterDir,
     NodeRefusedError,
     check_name,
 )
 from cluster.node.role import Role
+from cluster.node.route import ROUTE_FILE
+from store.config import FlushMode
 
 if TYPE_CHECKING:
     import docker
@@ -179,7 +182,7 @@ def compose_command() -> list[str]:
                        "one (e.g. the docker-compose package) to use --backend compose")
 
 
-class ComposeBackend(ClusterDir):
+class ComposeBackend(FailoverSteps):
     name = "compose"
 
     def __init__(self, directory: str | None = None, *, image: str | None = None,
@@ -304,6 +307,8 @@ class ComposeBackend(ClusterDir):
                 "user": f"{os.getuid()}:{os.getgid()}",
                 "started_ms": time.time_ns() // 1_000_000, "nodes": {}, "proxies": {},
             }
+            state["route"] = {"master": spec.master.name, "since_ms": state["started_ms"],
+                              "epoch": 1}
             for port, ns in zip(ports, spec.nodes, strict=True):
                 os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
                 state["nodes"][ns.name] = {
@@ -312,6 +317,7 @@ class ComposeBackend(ClusterDir):
                     "partitioned": False, "starts": 1,
                 }
             self._save(state)
+            self._publish_route(state)
             self._write_compose_file(state)
             try:
                 self._compose(state, "up", "--detach", "--no-build")
@@ -369,6 +375,7 @@ class ComposeBackend(ClusterDir):
                    if node_state == NodeState.STOPPED else None)
         if refused:
             node_state, extra["refused"] = NodeState.REFUSED, refused
+        node_state = self._lost_state(state, name, node_state, extra)
         if name != state["master"]:
             extra["partitioned"] = bool(n["partitioned"])
         return NodeInfo(
@@ -426,6 +433,7 @@ class ComposeBackend(ClusterDir):
             container = self._container(state, name)
             if container is not None and container.status in ("running", "paused"):
                 raise BackendError(f"node {name} is already running; stop or kill it first")
+            refuse_lost(state, name)
             self._start_locked(state, name, container, timeout_s)
             return self._info(state, name)
 
@@ -435,14 +443,9 @@ class ComposeBackend(ClusterDir):
         n = state["nodes"][name]
         if container is not None and n["failpoints"] == n["created_failpoints"]:
             container.start()
-        else:  # new failpoints: a new command line, so a new container
-            self._write_compose_file(state)
-            self._compose(state, "up", "--detach", "--no-build", "--no-deps",
-                          "--force-recreate", name)
-            n["created_failpoints"] = n["failpoints"]
-            if n["partitioned"]:
-                self._set_link(state, name, cut=True)
-        n["starts"] += 1
+            n["starts"] += 1
+        else:  # new failpoints or role: a new command line, so a new container
+            self._recreate(state, name)
         self._save(state)
         self._wait_healthy(state, name, time.monotonic() + timeout_s)
 
@@ -450,6 +453,7 @@ class ComposeBackend(ClusterDir):
         with self._locked():
             state = self._load()
             check_name(state, name)
+            refuse_lost(state, name)
             container = self._container(state, name)
             if container is not None and container.status in ("running", "paused"):
                 self._stop_container(container, name)
@@ -520,6 +524,77 @@ class ComposeBackend(ClusterDir):
         # A new command line: the next start recreates the container.
         entry["created_failpoints"] = None
 
+    # ------------------------------------------------------------ failover
+    # promote, lose, rejoin: cluster/backends/failover_steps.py, with these
+    # steps. A slave's command line names the master as `repl-master`, an
+    # alias on the replication network that the compose file gives the
+    # master's service: a promotion recreates the new master's container
+    # (and a running old master's) from a compose file that gives the alias
+    # and a master's command line to the new master. A follower that keeps
+    # running needs no restart: its stream to the old master ends, and its
+    # HA client, which opens a new channel per stream (so resolves the alias
+    # anew), reconnects to whichever container holds the alias now.
+    def _running_names(self, state: dict[str, Any]) -> set[str]:
+        return {n for n in state["nodes"] if self._is_running(state, n)}
+
+    def _is_running(self, state: dict[str, Any], name: str) -> bool:
+        container = self._container(state, name)
+        return container is not None and container.status in ("running", "paused")
+
+    def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
+                        now_ms: int, role: Role | None, flush: FlushMode | None) -> Promotion:
+        plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role,
+                              flush=flush)
+        # The master's link is not cut: it is recreated on the replication
+        # network with the alias (a partitioned follower stays cut off).
+        state["nodes"][name]["partitioned"] = False
+        # A node whose role changed but does not restart now (an old master
+        # that is down) gets a new container, with a slave's command line,
+        # at its next start: the one it has would start it as a master.
+        for n in (name, plan.old_master):
+            self._spec_changed(state["nodes"][n])
+        return plan
+
+    def _switch_roles(self, state: dict[str, Any], plan: Promotion, name: str) -> None:
+        for n in plan.restart:
+            container = self._container(state, n)
+            if container is not None and container.status in ("running", "paused"):
+                self._stop_container(container, n)
+        if plan.restart:
+            self._recreate(state, *plan.restart)
+
+    def _recreate(self, state: dict[str, Any], *names: str) -> None:
+        """New containers for `names` from the compose file as the state
+        makes it now (their roles, the master's alias, failpoints), started;
+        a partition of one is applied to its new container."""
+        self._write_compose_file(state)
+        self._compose(state, "up", "--detach", "--no-build", "--no-deps", "--force-recreate",
+                      *names)
+        for n in names:
+            entry = state["nodes"][n]
+            entry["created_failpoints"] = entry["failpoints"]
+            entry["starts"] += 1
+            if entry["partitioned"]:
+                self._set_link(state, n, cut=True)
+
+    def _kill_for_loss(self, state: dict[str, Any], name: str) -> None:
+        container = self._container(state, name)
+        if container is not None and container.status in ("running", "paused"):
+            container.kill(signal="SIGKILL")
+            try:
+                self._wait_exited(container, name, 10)
+            except BackendError as exc:
+                raise BackendError(f"{exc} after SIGKILL; nothing was moved") from None
+        # Its replacement starts with a new container (rejoin).
+        self._spec_changed(state["nodes"][name])
+
+    def _start_as_slave(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        # A new container: the one the node has may carry a master's
+        # command line (an old master) or have been killed as lost.
+        self._spec_changed(state["nodes"][name])
+        self._start_locked(state, name, self._container(state, name),
+                           max(0.0, deadline - time.monotonic()))
+
     # ---------------------------------------------------------------- down
     def down(self) -> None:
         with self._locked():
@@ -546,7 +621,7 @@ class ComposeBackend(ClusterDir):
         except BackendError as exc:
             errors.append(str(exc))
         self._remove_leftovers(state["project"])
-        for f in (STATE_FILE, "token"):
+        for f in (STATE_FILE, ROUTE_FILE, "token"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(f))
         if errors:

@@ -2,7 +2,11 @@
 promote a slave, lose a node, rejoin one. Pure: each function checks the
 request against the state, changes the state, and returns what the backend
 must then do to processes, proxies and files — it runs nothing itself
-(docs/design.md, "Failover: routing, promotion, rejoin").
+(docs/design.md, "Failover: routing, promotion, rejoin"). The decide_*
+functions hold the rules every backend shares; the plan_* ones add the
+link proxies of a backend whose slaves reach their master through one
+(local). The order in which a backend carries a decision out is
+cluster/backends/failover_steps.py's.
 
 The state's `route` entry ({master, since_ms, epoch}) is what the backend
 publishes as route.json (cluster/node/route.py). Each node entry may carry
@@ -12,18 +16,21 @@ publishes as route.json (cluster/node/route.py). Each node entry may carry
 Rules:
 - promote NAME: NAME is a running slave. It becomes the master with the old
   master's role and flush mode unless others are given; every other node
-  is from then on its slave (its link proxy now leads to NAME). The route
+  is from then on its slave (local: its link proxy now leads to NAME;
+  compose: the master's alias on the replication network moves). The route
   names NAME from now, with the next epoch.
 - lose NAME: the node is known and is not the last one not lost. It is
   marked lost; losing the master leaves the route with no master (the
   next epoch) until a slave is promoted.
 - rejoin NAME: NAME is not running, there is a master to follow and NAME is
-  not it. NAME becomes a slave of the current master (its link proxy leads
-  there) and is no longer lost.
+  not it. NAME becomes a slave of the current master and is no longer
+  lost.
+- start / restart NAME: refused while NAME is lost (refuse_lost).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,18 +72,20 @@ def _known(state: dict[str, Any], name: str) -> dict[str, Any]:
 class Promotion:
     old_master: str
     restart: tuple[str, ...]  # running nodes whose role changes: stop cleanly, start anew
+    followers: tuple[str, ...]  # every other node: from now on the new master's slave
+    # Backends whose slaves reach the master through link proxies (local):
     # the new master's link proxy when it was a slave (taken out of the
     # state): to end
-    dropped_proxy: dict[str, Any] | None
-    retarget: tuple[str, ...]  # link proxies (by slave) now leading to the new master
+    dropped_proxy: dict[str, Any] | None = None
+    retarget: tuple[str, ...] = ()  # link proxies (by slave) now leading to the new master
 
 
-def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms: int,
-                 free_port: Callable[[], int], role: Role | None = None,
-                 flush: FlushMode | None = None) -> Promotion:
-    """Make running slave `name` the master. `running`: the nodes whose
-    process runs (or is paused); `free_port` gives a port for a link proxy
-    a node that never was a slave now needs."""
+def decide_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms: int,
+                   role: Role | None = None, flush: FlushMode | None = None) -> Promotion:
+    """Make running slave `name` the master in `state`: its role and flush
+    mode, every other node a slave, the route. `running`: the nodes whose
+    process runs (or is paused). How the followers reach the new master is
+    the backend's (plan_promote for link proxies)."""
     entry = _known(state, name)
     old = state["master"]
     if role is not None and role == Role.SLAVE:
@@ -93,23 +102,33 @@ def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms:
     old_spec = state["nodes"][old]["spec"]
     entry["spec"]["role"] = (role or Role(old_spec["role"])).value
     entry["spec"]["flush"] = (flush or FlushMode(old_spec["flush"])).value
-    entry["master_via"] = None
-    dropped = state["proxies"].pop(name, None)
     state["master"] = name
-    retarget = []
-    for other, o in state["nodes"].items():
-        if other == name:
-            continue
-        o["spec"]["role"] = Role.SLAVE.value
-        retarget.append(_follow(state, other, entry["address"], free_port))
+    followers = tuple(other for other in state["nodes"] if other != name)
+    for other in followers:
+        state["nodes"][other]["spec"]["role"] = Role.SLAVE.value
     _set_route(state, name, now_ms)
     restart = tuple(n for n in (name, old) if n in running)
-    return Promotion(old_master=old, restart=restart, dropped_proxy=dropped,
-                     retarget=tuple(r for r in retarget if r))
+    return Promotion(old_master=old, restart=restart, followers=followers)
 
 
-def _follow(state: dict[str, Any], name: str, master_address: str,
-            free_port: Callable[[], int]) -> str:
+def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms: int,
+                 free_port: Callable[[], int], role: Role | None = None,
+                 flush: FlushMode | None = None) -> Promotion:
+    """decide_promote, for a backend whose slaves reach the master through
+    link proxies: the new master's proxy is dropped, every follower's leads
+    to it. `free_port` gives a port for a link proxy a node that never was a
+    slave now needs."""
+    plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role, flush=flush)
+    state["nodes"][name]["master_via"] = None
+    dropped = state["proxies"].pop(name, None)
+    address = state["nodes"][name]["address"]
+    retarget = [follow_through_proxy(state, other, address, free_port) for other in plan.followers]
+    return dataclasses.replace(plan, dropped_proxy=dropped,
+                               retarget=tuple(r for r in retarget if r))
+
+
+def follow_through_proxy(state: dict[str, Any], name: str, master_address: str,
+                         free_port: Callable[[], int]) -> str:
     """Point node `name`'s link proxy at `master_address` (giving it one if
     it has none); its name when the proxy must be (re)started, else ""."""
     proxy = state["proxies"].get(name)
@@ -148,10 +167,9 @@ def plan_lose(state: dict[str, Any], name: str, *, now_ms: int, taken: set[str])
     return where
 
 
-def plan_rejoin(state: dict[str, Any], name: str, *, running: set[str],
-                free_port: Callable[[], int]) -> bool:
-    """Make stopped node `name` a slave of the current master; True when
-    its link proxy must be (re)started."""
+def decide_rejoin(state: dict[str, Any], name: str, *, running: set[str]) -> Route:
+    """Make stopped node `name` a slave of the current master in `state`;
+    the route it is to follow."""
     entry = _known(state, name)
     route = route_of(state)
     if name in running:
@@ -165,4 +183,23 @@ def plan_rejoin(state: dict[str, Any], name: str, *, running: set[str],
                            f"`dlab cluster start {name}`, or promote a slave first")
     entry["spec"]["role"] = Role.SLAVE.value
     entry["lost"] = False
-    return bool(_follow(state, name, route.address, free_port))
+    return route
+
+
+def plan_rejoin(state: dict[str, Any], name: str, *, running: set[str],
+                free_port: Callable[[], int]) -> bool:
+    """decide_rejoin, for a backend whose slaves reach the master through
+    link proxies; True when `name`'s link proxy must be (re)started."""
+    route = decide_rejoin(state, name, running=running)
+    assert route.address is not None, "decide_rejoin refuses a route with no master"
+    return bool(follow_through_proxy(state, name, route.address, free_port))
+
+
+def refuse_lost(state: dict[str, Any], name: str) -> None:
+    """A lost node starts again only by `rejoin` (an empty store, as a
+    slave), never by `start` or `restart`."""
+    entry = _known(state, name)
+    if entry.get("lost"):
+        raise BackendError(f"node {name} was lost (its store is kept in "
+                           f"nodes/{name}/{entry['lost_dirs'][-1]}); bring a "
+                           f"replacement with `dlab cluster rejoin {name}`")

@@ -11,7 +11,7 @@ outlive the command that started them; `down` ends them.
 Under the `power` crash model a node that dies (`kill`, a crash failpoint)
 leaves its store as a power cut would: before it restarts or the cluster
 goes down, every byte no completed fsync covered is discarded
-(ClusterDir._power_cut, store/log/durable_mark.py).
+(ClusterDir._power_cut in cluster/backends/state_dir.py, store/log/durable_mark.py).
 
 Layout of DIR (see cluster/backends/interface.py): cluster.json, token (0600),
 nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and
@@ -30,7 +30,14 @@ import time
 from typing import Any
 
 from cluster.backends.dir_files import append_no_link, write_token
-from cluster.backends.failover import plan_lose, plan_promote, plan_rejoin
+from cluster.backends.failover import (
+    Promotion,
+    follow_through_proxy,
+    plan_promote,
+    refuse_lost,
+    route_of,
+)
+from cluster.backends.failover_steps import FailoverSteps
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
@@ -44,7 +51,6 @@ from cluster.backends.procs import ChildProcesses, ProcId, free_ports
 from cluster.backends.state_dir import (
     STATE_FILE,
     STATE_VERSION,
-    ClusterDir,
     NodeRefusedError,
     check_name,
 )
@@ -52,7 +58,6 @@ from cluster.node.role import Role
 from cluster.node.route import ROUTE_FILE
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
-from store.log.segments import fsync_dir
 
 HOST = "127.0.0.1"
 STOP_TIMEOUT_S = 30.0
@@ -80,7 +85,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     return NodeSpec(**d)
 
 
-class LocalBackend(ClusterDir):
+class LocalBackend(FailoverSteps):
     name = "local"
 
     def __init__(self, directory: str | None = None, *, python: str | None = None) -> None:
@@ -239,10 +244,7 @@ class LocalBackend(ClusterDir):
                    if node_state == NodeState.STOPPED else None)
         if refused:
             node_state, extra["refused"] = NodeState.REFUSED, refused
-        if n.get("lost_dirs"):
-            extra["lost"] = [self._path("nodes", name, d) for d in n["lost_dirs"]]
-        if n.get("lost") and node_state == NodeState.STOPPED:
-            node_state = NodeState.LOST
+        node_state = self._lost_state(state, name, node_state, extra)
         if name in state["proxies"]:
             p = state["proxies"][name]
             extra["master_via"] = n["master_via"]
@@ -287,7 +289,7 @@ class LocalBackend(ClusterDir):
             check_name(state, name)
             if self._children.state(_pid(state["nodes"][name])) != "gone":
                 raise BackendError(f"node {name} is already running; stop or kill it first")
-            _not_lost(state, name)
+            refuse_lost(state, name)
             self._spawn_node(state, name)
             self._save(state)
             self._wait_healthy(state, name, time.monotonic() + timeout_s)
@@ -297,7 +299,7 @@ class LocalBackend(ClusterDir):
         with self._locked():
             state = self._load()
             check_name(state, name)
-            _not_lost(state, name)
+            refuse_lost(state, name)
             proc = _pid(state["nodes"][name])
             if self._children.state(proc) != "gone":
                 self._stop_proc(name, proc)
@@ -360,105 +362,44 @@ class LocalBackend(ClusterDir):
             self._save(state)
 
     # ------------------------------------------------------------ failover
-    def promote(self, name: str, *, role: Role | None = None, flush: FlushMode | None = None,
-                timeout_s: float = 60.0) -> NodeInfo:
-        """Make running slave `name` the master (cluster/backends/failover.py
-        has the rules). It restarts as master on its own data directory
-        rather than switching role in place: a broker in RocketMQ's classic
-        master-slave mode changes role only by a restart with a new
-        brokerRole (its manual failover), a clean stop flushes everything
-        the slave received first, and a node keeps one start path per role.
-        A running old master restarts as a slave the same way. Slaves that
-        only change master need no restart: their link proxy now leads to
-        the new master and their HA client reconnects through it. The state
-        and the route change first, before any process does: a failure
-        half-way leaves the cluster described as it is meant to be (`start`
-        finishes the job), and clients retry towards the new master while it
-        restarts.
-        The returned info's extra["links"]: each follower's link once settled."""
-        with self._locked():
-            state = self._load()
-            running = self._running_names(state)
-            plan = plan_promote(state, name, running=running, now_ms=time.time_ns() // 1_000_000,
-                                free_port=lambda: free_ports(1)[0], role=role, flush=flush)
-            self._save(state)
-            self._publish_route(state)
-            deadline = time.monotonic() + timeout_s
-            for n in plan.restart:
-                self._stop_proc(n, _pid(state["nodes"][n]))
-            if plan.dropped_proxy is not None:
-                self._end_proxy(name, plan.dropped_proxy)
-            for n in plan.retarget:
-                self._restart_proxy(state, n)
-            for n in plan.restart:  # the new master first
-                self._spawn_node(state, n)
-            self._save(state)
-            for n in plan.restart:
-                self._wait_healthy(state, n, deadline)
-            followers = [n for n in state["nodes"] if n != name and n in running]
-            links = self._link_states(state, followers, deadline)
-            info = self._info(state, name)
-            info.extra.update(links=links, promoted_from=plan.old_master)
-            return info
+    # promote, lose, rejoin: cluster/backends/failover_steps.py, with these
+    # steps. A follower reaches the new master through its link proxy, now
+    # leading there; its HA client reconnects through it.
+    def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
+                        now_ms: int, role: Role | None, flush: FlushMode | None) -> Promotion:
+        return plan_promote(state, name, running=running, now_ms=now_ms,
+                            free_port=lambda: free_ports(1)[0], role=role, flush=flush)
 
-    def lose(self, name: str) -> NodeInfo:
-        """The machine of `name` is gone: SIGKILL its process (under its
-        crash model, so under `power` the disk keeps only what was fsynced)
-        and move its store aside, to nodes/NAME/lost-N, where no node opens
-        it and the checker can still read it. Its data directory is left
-        empty: `rejoin` starts a replacement machine there."""
-        with self._locked():
-            state = self._load()
-            check_name(state, name)
-            node_dir = self._path("nodes", name)
-            where = plan_lose(state, name, now_ms=time.time_ns() // 1_000_000,
-                              taken=set(os.listdir(node_dir)) if os.path.isdir(node_dir)
-                              else set())
-            proc = _pid(state["nodes"][name])
-            if self._children.signal(proc, signal.SIGKILL) and \
-                    not self._children.wait_state(proc, {"gone"}, 10):
-                raise BackendError(f"node {name} (pid {proc.pid if proc else '?'}) did not die "
-                                   "after SIGKILL; nothing was moved")
-            self._power_cut(state, name)
-            data = self._path("nodes", name, "data")
-            try:
-                os.rename(data, os.path.join(node_dir, where))
-                os.makedirs(data)
-                fsync_dir(node_dir)
-            except OSError as exc:
-                raise BackendError(f"node {name} was killed, but its store could not be moved "
-                                   f"aside to {os.path.join(node_dir, where)}: {exc}; it is "
-                                   "still in place (the node is stopped, not lost)") from None
-            self._save(state)
-            self._publish_route(state)
-            return self._info(state, name)
+    def _switch_roles(self, state: dict[str, Any], plan: Promotion, name: str) -> None:
+        for n in plan.restart:
+            self._stop_proc(n, _pid(state["nodes"][n]))
+        if plan.dropped_proxy is not None:
+            self._end_proxy(name, plan.dropped_proxy)
+        for n in plan.retarget:
+            self._restart_proxy(state, n)
+        for n in plan.restart:  # the new master first
+            self._spawn_node(state, n)
 
-    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
-        """Start node `name` (not running) as a slave of the current master,
-        on whatever its data directory holds: its own log after a crash (an
-        old master's, possibly ahead of the new one: the master's
-        slave_ahead_policy decides at its first report), or nothing after
-        `lose` (a replacement that catches up from offset 0). The returned
-        info's extra["link"]: the link as the master reports it once settled
-        (connected, or rejected), or as it was at the timeout."""
-        with self._locked():
-            state = self._load()
-            new_proxy = plan_rejoin(state, name, running=self._running_names(state),
-                                    free_port=lambda: free_ports(1)[0])
-            self._save(state)
-            if new_proxy or self._children.state(_pid(state["proxies"][name])) == "gone":
-                self._restart_proxy(state, name)
-            self._spawn_node(state, name)
-            self._save(state)
-            deadline = time.monotonic() + timeout_s
-            self._wait_healthy(state, name, deadline)
-            link = self._link_states(state, [name], deadline)[name]
-            info = self._info(state, name)
-            info.extra["link"] = link
-            return info
+    def _kill_for_loss(self, state: dict[str, Any], name: str) -> None:
+        proc = _pid(state["nodes"][name])
+        if self._children.signal(proc, signal.SIGKILL) and \
+                not self._children.wait_state(proc, {"gone"}, 10):
+            raise BackendError(f"node {name} (pid {proc.pid if proc else '?'}) did not die "
+                               "after SIGKILL; nothing was moved")
+
+    def _start_as_slave(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        master_address = route_of(state).address
+        assert master_address is not None, "decide_rejoin refuses a cluster with no master"
+        new_proxy = follow_through_proxy(state, name, master_address,
+                                         lambda: free_ports(1)[0])
+        self._save(state)
+        if new_proxy or self._children.state(_pid(state["proxies"][name])) == "gone":
+            self._restart_proxy(state, name)
+        self._spawn_node(state, name)
+        self._save(state)
+        self._wait_healthy(state, name, deadline)
 
     def _running_names(self, state: dict[str, Any]) -> set[str]:
-        """Nodes whose process runs (or is paused)."""
         return {n for n, v in state["nodes"].items() if self._children.state(_pid(v)) != "gone"}
 
     def _end_proxy(self, name: str, entry: dict[str, Any]) -> None:
@@ -511,13 +452,6 @@ class LocalBackend(ClusterDir):
                                f"(start it with `dlab cluster start {name}`)")
         assert proc is not None
         return proc
-
-
-def _not_lost(state: dict[str, Any], name: str) -> None:
-    if state["nodes"][name].get("lost"):
-        raise BackendError(f"node {name} was lost (its store is kept in "
-                           f"nodes/{name}/{state['nodes'][name]['lost_dirs'][-1]}); bring a "
-                           f"replacement with `dlab cluster rejoin {name}`")
 
 
 def _pid(entry: dict[str, Any]) -> ProcId | None:

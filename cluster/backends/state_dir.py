@@ -22,11 +22,10 @@ from cluster.backends.dir_files import append_no_link, open_no_link, replace_no_
 from cluster.backends.failover import route_of
 from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
-from cluster.node.role import Role
 from cluster.node.route import ROUTE_FILE, Route
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
-from store.config import CorruptionPolicy, CrashModel, FlushMode
+from store.config import CorruptionPolicy, CrashModel
 from store.failpoints import Failpoints, FailpointSpecError
 from store.log.durable_mark import PowerCut, power_cut
 from store.log.segments import fsync_dir
@@ -246,23 +245,7 @@ class ClusterDir:
         return cut
 
     # ------------------------------------------------------------ failover
-    # A backend that supports failover overrides these (the local one does);
-    # the others refuse by name rather than pretend.
-    def promote(self, name: str, *, role: Role | None = None, flush: FlushMode | None = None,
-                timeout_s: float = 60.0) -> NodeInfo:
-        raise self._not_yet("promote")
-
-    def lose(self, name: str) -> NodeInfo:
-        raise self._not_yet("lose")
-
-    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
-        raise self._not_yet("rejoin")
-
-    def _not_yet(self, operation: str) -> BackendError:
-        return BackendError(f"{operation} is not supported on the {self.name} backend yet; "
-                            "run the cluster on the local backend (`dlab cluster up` without "
-                            "--backend) to fail over")
-
+    # (the operations: cluster/backends/failover_steps.py)
     def route(self) -> Route:
         """The route clients follow now (what route.json says)."""
         with self._locked():

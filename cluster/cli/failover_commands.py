@@ -1,7 +1,8 @@
 """`dlab cluster promote | lose | rejoin`: failing a cluster over by hand,
 as an operator of RocketMQ's classic master-slave mode does. Argument
 parsing and output only; the rules are in cluster/backends/failover.py, the
-work in the backend (docs/design.md, "Failover: routing, promotion, rejoin")."""
+order of the steps in cluster/backends/failover_steps.py, the steps in the
+backend, local or compose (docs/design.md, "Failover: routing, promotion, rejoin")."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from cluster.node.role import Role
 from store.config import FlushMode
 from store.tools.cli_args import UserError, non_negative_float
 
-_EXIT = ("exit status: 0 when done; 2 for bad input (an unknown node, {what}) or a backend "
-         "that cannot fail over yet (compose), with the reason on stderr.")
+_EXIT = ("exit status: 0 when done; 2 for bad input (an unknown node, {what}) or a step the "
+         "backend could not take (a node that would not start or stop), with the reason on "
+         "stderr. Works on local and compose clusters alike.")
 
 
 def register_failover(csub: Any) -> None:

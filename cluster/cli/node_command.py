@@ -199,7 +199,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     except FailpointSpecError as exc:
         raise UserError(f"--failpoints: {exc}") from None
     config = node_config_from_args(args)
-    _setup_logging(args.name, args.log_level, args.log_file)
+    setup_logging(args.name, args.log_level, args.log_file)
     host = config.listen.rpartition(":")[0]
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
         logging.getLogger("dlab.node").warning(
@@ -231,7 +231,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
 
 
-def _setup_logging(name: str, level: str, log_file: str | None) -> None:
+def setup_logging(name: str, level: str, log_file: str | None) -> None:
     fmt = logging.Formatter(f"%(asctime)s.%(msecs)03d %(levelname)s {name} %(name)s: "
                             "%(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]

@@ -23,6 +23,13 @@ class _Malformed:
 
 
 class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
+    """`definitions`: where the service's messages are defined and who
+    sends them, for the refusal's message."""
+
+    def __init__(self, definitions: str = "proto/broker.proto "
+                 "(cluster/client/node_client.py does)") -> None:
+        self.definitions = definitions
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -32,10 +39,11 @@ class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
         if (handler is None or handler.request_streaming or handler.response_streaming
                 or handler.request_deserializer is None or handler.unary_unary is None):
             return handler
-        return _guarded(handler, details.method or "")
+        return _guarded(handler, details.method or "", self.definitions)
 
 
-def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def _guarded(handler: grpc.RpcMethodHandler, method: str, definitions: str
+             ) -> grpc.RpcMethodHandler:
     deserialize = handler.request_deserializer
     inner = handler.unary_unary
     assert deserialize is not None and inner is not None
@@ -52,8 +60,7 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
                         request.error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"malformed request to {method}: {request.error}; send the "
-                                "messages defined in proto/broker.proto "
-                                "(cluster/client/node_client.py does)")
+                                f"messages defined in {definitions}")
         return await inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(

@@ -67,15 +67,14 @@ class PutAnswer:
         replicas = ha if self._rules.sync_master else None
         plan = (plan_replica_wait(results, replicas.best_acked(), self._rules)
                 if replicas is not None else NO_REPLICA_WAIT)
+        # The slaves' acks when the replica wait was satisfied: what its
+        # answer relied on (the slave may be gone by the time the flush is),
+        # taken by the HA side at that very moment.
+        seen: list[list[SlaveAck]] = []
         # Resolved by the HA reader's callbacks: it progresses while the
         # flush is waited for (the two run in parallel).
-        replica = (replicas.wait_replicated(plan.wait_end)
+        replica = (replicas.wait_replicated(plan.wait_end, seen.append)
                    if replicas is not None and plan.wait_end is not None else None)
-        # The slaves' acks when the replica wait was satisfied: what its
-        # answer relied on (the slave may be gone by the time the flush is).
-        seen: list[list[SlaveAck]] = []
-        if replica is not None and replicas is not None:
-            replica.add_done_callback(lambda _f: seen.append(replicas.acks()))
 
         def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
             try:

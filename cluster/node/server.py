@@ -355,6 +355,8 @@ class Node:
                                                detail="node is shutting down")
                                      for m in messages])
             return
+        if self.failpoints.watched("after_put_answered"):
+            on_done = _then_hit(on_done, self.failpoints)
         self.store.puts.submit(messages, on_done)
 
     async def serve_send_stream(self, context: grpc.aio.ServicerContext) -> End | None:
@@ -447,3 +449,13 @@ async def serve(config: NodeConfig) -> int:
     await stop.wait()
     await node.stop()
     return 0
+
+
+def _then_hit(on_done: Callable[[list[PutResult]], object], failpoints: Failpoints
+              ) -> Callable[[list[PutResult]], None]:
+    """`on_done`, then the failpoint after_put_answered: the answer has left
+    (a crash from here on cannot take it back from the client)."""
+    def answered(results: list[PutResult]) -> None:
+        on_done(results)
+        failpoints.hit("after_put_answered")
+    return answered

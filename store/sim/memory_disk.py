@@ -39,7 +39,7 @@ import mmap
 import os
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,21 @@ class DiskFaults:
 NO_FAULTS = DiskFaults()
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What a crash keeps of one file's unsynced writes, chosen instead of
+    drawn (MemoryDisk.crash's `kept`): its first `whole` pending operations
+    (writes and size changes, in order), then the first `torn_bytes` bytes
+    of the next write (0: nothing of it)."""
+
+    whole: int
+    torn_bytes: int = 0
+
+
+# A pending operation of a file: (pos, bytes) for a write, (size, None) for a size change.
+PendingOp = tuple[int, bytes | None]
+
+
 @dataclass
 class _Inode:
     """One file's bytes: `data` as reads see them (the page cache),
@@ -81,8 +96,7 @@ class _Inode:
 
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray = field(default_factory=bytearray)
-    # (pos, bytes) for a write, (size, None) for a size change
-    pending: list[tuple[int, bytes | None]] = field(default_factory=list)
+    pending: list[PendingOp] = field(default_factory=list)
     bad: list[tuple[int, int]] = field(default_factory=list)  # latent errors: [start, end)
     media_end: int = 0  # bytes [0, media_end) came from the medium (a crash's survivors)
 
@@ -109,6 +123,23 @@ class _Dir:
     durable: dict[str, _Inode | None] = field(default_factory=dict)
 
 
+def _kept_survivor(inode: _Inode, kept: Kept) -> _Inode:
+    """The inode after a crash that keeps what `kept` says of its pending
+    operations (MemoryDisk.crash's `kept`)."""
+    data = bytearray(inode.durable)
+    pending = inode.pending
+    if not 0 <= kept.whole <= len(pending):
+        raise ValueError(f"kept {kept.whole} whole operations of {len(pending)}")
+    for pos, chunk in pending[:kept.whole]:
+        _apply(data, pos, chunk)
+    if kept.torn_bytes:
+        pos, chunk = pending[kept.whole] if kept.whole < len(pending) else (0, None)
+        if chunk is None or not 0 < kept.torn_bytes < len(chunk):
+            raise ValueError(f"cannot keep {kept.torn_bytes} bytes of operation {kept.whole}")
+        _apply(data, pos, chunk[:kept.torn_bytes])
+    return _Inode(data=bytearray(data), durable=data, bad=list(inode.bad), media_end=len(data))
+
+
 class MemoryFile:
     """An open file of a MemoryDisk."""
 
@@ -132,12 +163,14 @@ class MemoryFile:
     def pwrite(self, data: Buffer, pos: int) -> int:
         with self.disk.mutex:
             self.disk.write(self._live(), pos, bytes(data))
+        self.disk.observed("write", self.path)
         return len(data)
 
     def pwritev(self, chunks: Sequence[Buffer], pos: int) -> int:
         joined = b"".join(chunks)
         with self.disk.mutex:
             self.disk.write(self._live(), pos, joined)
+        self.disk.observed("write", self.path)
         return len(joined)
 
     def pread(self, n: int, pos: int) -> bytes:
@@ -158,16 +191,20 @@ class MemoryFile:
     def allocate(self, size: int) -> None:
         with self.disk.mutex:
             inode = self._live()
-            if size > len(inode.data):
-                self.disk.resize(inode, size)
+            if size <= len(inode.data):
+                return
+            self.disk.resize(inode, size)
+        self.disk.observed("write", self.path)
 
     def truncate(self, size: int) -> None:
         with self.disk.mutex:
             self.disk.resize(self._live(), size)
+        self.disk.observed("write", self.path)
 
     def fsync(self) -> None:
         with self.disk.mutex:
             self.disk.sync(self.path, self._live())
+        self.disk.observed("fsync", self.path)
 
     def fdatasync(self) -> None:
         self.fsync()
@@ -209,6 +246,10 @@ class MemoryDisk:
         self.locks: dict[str, _MemoryLock] = {}
         self._dirs: dict[str, _Dir] = {"/": _Dir()}
         self._fail_fsyncs: set[str] = set()
+        # Told (kind, path) after each change of what a crash could leave:
+        # "write" (a write or size change), "fsync", "dir-fsync" (an
+        # exploration's crash points, chaos/explore/). None: nobody listens.
+        self.observe: Callable[[str, str], None] | None = None
 
     # ------------------------------------------------------------- paths
     @staticmethod
@@ -279,6 +320,11 @@ class MemoryDisk:
             _apply(inode.durable, pos, data)
         inode.pending.clear()
 
+    def observed(self, kind: str, path: str) -> None:
+        """Tell the observer, if any (outside the mutex: it may crash the node)."""
+        if self.observe is not None:
+            self.observe(kind, self._norm(path))
+
     def _record(self, fault: dict[str, Any]) -> None:
         if self.clock is not None:
             fault["at_ms"] = self.clock.wall_ms()
@@ -298,14 +344,20 @@ class MemoryDisk:
             self._record({"fault": "read-corruption", "path": path,
                                 "start": start, "end": end})
 
-    def crash(self, torn: str | None = None) -> MemoryDisk:
+    def crash(self, torn: str | None = None,
+              kept: Mapping[str, Kept] | None = None) -> MemoryDisk:
         """A power cut: returns a new disk holding what was durable (this
         one refuses every later operation, so a dead process's thread cannot
         write into the restarted one's disk). `torn` forces "torn-op" or
         "torn-seq" on every file with unsynced writes; without it, each such
-        file is torn with probability `torn_write`."""
+        file is torn with probability `torn_write`. `kept` chooses instead of
+        drawing (an exploration of every state, chaos/explore/): each file
+        it names (by its path in unsynced()) keeps that much of its unsynced
+        writes, every other file none; nothing is drawn."""
         if torn not in (None, "torn-op", "torn-seq"):
             raise ValueError(f"torn must be None, 'torn-op' or 'torn-seq', not {torn!r}")
+        if kept is not None and torn is not None:
+            raise ValueError("give torn or kept, not both")
         with self.mutex:
             self.crashed = True
             after = MemoryDisk(self.rng, self.fault_rates, self.clock)
@@ -319,7 +371,10 @@ class MemoryDisk:
                 for name in sorted(d.durable):
                     inode = d.durable[name]
                     if inode is not None and id(inode) not in copies:
-                        copies[id(inode)] = self._survivor(os.path.join(dpath, name), inode, torn)
+                        path = os.path.join(dpath, name)
+                        copies[id(inode)] = (
+                            self._survivor(path, inode, torn) if kept is None
+                            else _kept_survivor(inode, kept.get(path, Kept(0))))
                     nd.entries[name] = nd.durable[name] = (
                         None if inode is None else copies[id(inode)])
                 after._dirs[dpath] = nd
@@ -361,6 +416,25 @@ class MemoryDisk:
         return _Inode(data=bytearray(data), durable=data, bad=list(inode.bad),
                       media_end=len(data))
 
+    def unsynced(self) -> dict[str, tuple[int, list[PendingOp]]]:
+        """Each file a crash now would keep (its directory entry durable)
+        that has unsynced writes: path -> (its durable length, its pending
+        operations in order). What crash(kept=...) chooses from."""
+        with self.mutex:
+            out: dict[str, tuple[int, list[PendingOp]]] = {}
+            for dpath in sorted(self._dirs):
+                if dpath != "/" and not self._durable_dir(dpath):
+                    continue
+                for name, inode in sorted(self._dirs[dpath].durable.items()):
+                    if inode is not None and inode.pending:
+                        out[os.path.join(dpath, name)] = (len(inode.durable), list(inode.pending))
+            return out
+
+    def durable_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of what `path` durably holds (fewer past its end)."""
+        with self.mutex:
+            return bytes(self._inode(path).durable[start:end])
+
     def durable_bytes(self, path: str) -> bytes:
         """What a crash now would leave in `path` (no faults)."""
         with self.mutex:
@@ -396,6 +470,7 @@ class MemoryDisk:
             self.resize(f._inode, 0)
             self.write(f._inode, 0, bytes(data))
             self.sync(path, f._inode)
+        self.observed("fsync", path)
 
     def fsync_dir(self, path: str) -> None:
         with self.mutex:
@@ -404,6 +479,7 @@ class MemoryDisk:
             if d is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
             d.durable = dict(d.entries)
+        self.observed("dir-fsync", path)
 
     def makedirs(self, path: str) -> None:
         with self.mutex:

@@ -56,7 +56,8 @@ def test_streams_are_independent_per_purpose() -> None:
 
 
 def test_shipped_scenarios_cover_the_issue() -> None:
-    wanted = {"master-crash", "master-crash-unflushed", "master-crash-after-ship",
+    wanted = {"master-crash", "master-crash-unflushed", "master-crash-mid-flush",
+              "master-crash-after-ship",
               "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
               "torn-tail", "bit-flip"}
     consuming = {"consumer-crash", "master-crash-consuming", "slave-crash-consuming"}
@@ -64,7 +65,8 @@ def test_shipped_scenarios_cover_the_issue() -> None:
     assert set(DEFAULT_MATRIX) == wanted | consuming
     assert all(SCENARIOS[n].consume for n in consuming)
     assert set(QUICK_MATRIX) == {"master-crash", "master-crash-unflushed", "clean-restart",
-                                 "master-crash-consuming"}
+                                 "master-crash-consuming", "master-crash-mid-flush"}
+    assert set(QUICK_MATRIX) <= set(DEFAULT_MATRIX)
 
 
 def test_plan_says_how_long_the_load_runs_on_each_backend(tmp_path: Path) -> None:

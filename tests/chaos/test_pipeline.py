@@ -256,26 +256,34 @@ def test_tables_and_report_are_written(fixture_report: Any) -> None:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(os.path.join(out, "report.md"), encoding="utf-8") as f:
         md = f.read()
-    # The loss grid first, a mode per row, a cell per scenario linking to its run(s).
-    assert md.index("## Reading this report") < md.index("## Loss grid") < md.index(
-        "## What a PUT_OK promises") < md.index("## Durability") < md.index(
-        "## Availability and latency") < md.index("## Glossary")
-    assert ("| SYNC_MASTER + SYNC_FLUSH | [2 / 2 / 0 / 1 · 1 run](runs/void.html) |"
-            in md), md
-    assert "[0 / 0 / 0 / 0 · 2 runs](#runs-async-master-sync-flush-timing)" in md
+    # The answer first: a mode per row, a column per backend; then a row
+    # per mode and scenario, a cell linking to its run(s).
+    assert md.index("## The answer") < md.index("## By scenario") < md.index(
+        "## Reading this report") < md.index("## What a PUT_OK promises") < md.index(
+        "## Durability") < md.index("## Availability and latency") < md.index("## Glossary")
+    assert "| mode | local |" in md  # one backend: no agreement column
+    assert ("| SYNC_MASTER + SYNC_FLUSH; on the master's disk, and received by a slave | "
+            "lost: 2/2 runs (34–100 %) · msgs/run median 1.5, max 2; broke promise: 2/2 runs "
+            "(34–100 %); stranded: 0/2 runs (0–66 %) · max 0 msgs;") in md, md
+    assert ("| SYNC_MASTER + SYNC_FLUSH | disk | [lost 1/1 (21–100 %), max 2; broke promise "
+            "1/1 · stranded 0/1](runs/void.html) |") in md
+    assert ("| ASYNC_MASTER + SYNC_FLUSH | timing | [lost 0/2 (0–66 %); broke promise 0/2 · "
+            "stranded 0/2; unwritable ≤ 5.03 s (1 to the end)]"
+            "(#runs-async-master-sync-flush-timing) |") in md
     assert '<a id="runs-async-master-sync-flush-timing"></a>[timing](runs/timing.html)' in md
     # Two tables of readable columns (the runs varied the slave-ahead policy).
     assert "| mode | scenario | slave_ahead_policy | runs | acked | lost on master |" in md
     assert "| mode | scenario | slave_ahead_policy | runs | puts | failed |" in md
     assert "### SYNC_MASTER + SYNC_FLUSH" in md
-    assert "![Outcome of every put, per mode](plots/outcomes.png)" in md
-    assert "10 runs reported; 4 promise violations in all." in md
+    assert "![Outcome of every put, per mode and backend](plots/outcomes.png)" in md
+    assert "10 runs reported (local 10); 4 runs broke a promise." in md
     assert ("**2 acknowledged messages broke the mode's promise** in 2 runs (disk, loss)."
             in md)
     with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
         page = f.read()
     assert '<img src="plots/outcomes.png"' in page and "<table>" in page
-    assert '<td class="violation"><a href="runs/void.html">2 / 2 / 0 / 1 · 1 run</a></td>' in page
+    assert ('<td class="violation"><a href="runs/void.html">lost 1/1 (21–100 %), max 2<br>'
+            'broke promise 1/1 · stranded 0/1</a></td>') in page
     for run_id in fixture_report.verdicts["run_id"]:
         assert os.path.isfile(os.path.join(out, "runs", f"{run_id}.html"))
         assert f'href="runs/{run_id}.html"' in page

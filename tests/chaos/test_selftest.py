@@ -305,3 +305,31 @@ def test_a_small_selftest_on_the_sim_catches_ack_before_fsync(
     assert row["best"].startswith("master-crash @ ")
     assert rc == 0
     assert "planted-ack-before-fsync" in text and "CAUGHT" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # 4 sim runs of 15 s of cluster time
+def test_the_mid_flush_crash_catches_checkpoint_before_flush(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The main job's crash inside a flush (master-crash-mid-flush): with the
+    switch the restarted master finds its checkpoint vouching for bytes the
+    crash took and refuses its store; without it every run is clean."""
+    out = tmp_path / "st"
+    rc = main(["chaos", "selftest", "--out", str(out), "--runs", "1",
+               "--defect", PLANTED_CHECKPOINT_BEFORE_FLUSH,
+               "--scenarios", "master-crash-mid-flush"])
+    capsys.readouterr()
+    table = json.loads((out / "selftest.json").read_text())
+    (row,) = table["rows"]
+    assert row["known_miss"] is None
+    assert row["caught"] >= 1 and row["with_switch"] == 2
+    assert row["false_positives"] == 0 and row["without_switch"] == 2
+    assert row["best"].startswith("master-crash-mid-flush @ ")
+    assert rc == 0
+    caught = [r for r in table["runs"] if r["defect"] and any(r["signals"].values())]
+    for r in caught:  # on disk: the refusal names the checkpoint's flushed end
+        faults = [json.loads(line) for line in
+                  (Path(r["run_dir"]) / "faults.jsonl").read_text().splitlines()]
+        (refused,) = [f for f in faults if f["kind"] == "refused"]
+        assert refused["node"] == "master"
+        assert "the checkpoint records every byte below offset" in refused["detail"]

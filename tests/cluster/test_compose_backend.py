@@ -26,6 +26,7 @@ from support.compose_support import needs_engine, one_engine_user, remove_images
 from chaos.harness.disk_faults import torn_tail
 from cluster.backends import image as img
 from cluster.backends.compose import ComposeBackend, compose_document, node_command, project_name
+from cluster.backends.failover import decide_promote
 from cluster.backends.interface import BackendError, ClusterSpec, NodeSpec, NodeState
 from cluster.backends.local import spec_to_dict
 from cluster.client.node_client import NodeCallError, NodeClient, make_message
@@ -67,6 +68,31 @@ def test_compose_document_wires_modes_mounts_ports_and_networks() -> None:
     assert slave["user"] == "1000:1000" and master["container_name"] == "dlab-x-master"
     assert "grpc_health" in " ".join(master["healthcheck"]["test"])
     assert doc["networks"]["repl"]["name"] == "dlab-x-repl"
+
+
+def test_after_a_promotion_the_alias_and_a_masters_command_move_to_the_promoted_node() -> None:
+    """What the compose backend recreates containers from: the promoted
+    slave answers to repl-master and runs as master (repairing from and
+    counting the others); the old master runs as a slave of the alias."""
+    master = NodeSpec(name="master", role=Role.SYNC_MASTER, flush="SYNC_FLUSH")
+    slaves = [NodeSpec(name=f"slave{i}", role=Role.SLAVE) for i in (1, 2)]
+    nodes = {ns.name: {"spec": spec_to_dict(ns), "port": 41000 + i, "failpoints": "",
+                       "address": f"127.0.0.1:{41000 + i}"}
+             for i, ns in enumerate([master, *slaves])}
+    state = {"master": "master", "nodes": nodes, "started_ms": 1}
+    decide_promote(state, "slave1", running={"slave1", "slave2"}, now_ms=2)
+    doc = compose_document(project="dlab-x", directory="/runs/r1", image="img:1",
+                           master=state["master"], nodes=nodes, user="1000:1000")
+    new, old = doc["services"]["slave1"], doc["services"]["master"]
+    assert new["networks"]["repl"] == {"aliases": ["repl-master"]}
+    assert old["networks"]["repl"] == {} == doc["services"]["slave2"]["networks"]["repl"]
+    assert new["command"][new["command"].index("--role") + 1] == "SYNC_MASTER"
+    assert new["command"][new["command"].index("--flush") + 1] == "SYNC_FLUSH"
+    assert "--master" not in new["command"]
+    assert [new["command"][i + 1] for i, a in enumerate(new["command"]) if a == "--ha-slave"] \
+        == ["master", "slave2"]
+    assert old["command"][old["command"].index("--role") + 1] == "SLAVE"
+    assert old["command"][old["command"].index("--master") + 1] == "repl-master:7000"
 
 
 def test_token_is_never_on_the_command_line() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli_helpers import REPO, dlab, ok
+from support.cli_helpers import REPO, dlab, fails, ok
 from support.ha_helpers import FAST, wait_until
 
 from cluster.client.node_client import NodeClient, SendOutcome, make_message
@@ -46,14 +46,6 @@ def send(d: str, count: int, *extra: str) -> tuple[int, dict[str, object]]:
     assert "Traceback" not in r.stderr, r.stderr
     summary: dict[str, object] = json.loads(r.stdout)
     return r.returncode, summary
-
-
-def fails(*args: str, message: str) -> None:
-    r = dlab(*args)
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert message in last and "error" in last, r.stderr
 
 
 def process_gone(pid: int) -> bool:
@@ -232,17 +224,6 @@ def test_refusals_exit_2_with_their_reason(tmp_path: Path, cluster_dirs: list[st
     assert r.returncode == 2 and "invalid choice" in r.stderr
     fails("cluster", "promote", "slave1", "--dir", str(tmp_path / "none"),
           message="no cluster in")
-
-
-def test_the_compose_backend_refuses_failover_by_name(tmp_path: Path) -> None:
-    d = tmp_path / "c"
-    d.mkdir()
-    # A compose cluster's state as `up` leaves it (no engine needed to refuse).
-    (d / "cluster.json").write_text(json.dumps({
-        "version": 1, "backend": "compose", "master": "master", "nodes": {}, "proxies": {}}))
-    for action in ("promote", "lose", "rejoin"):
-        fails("cluster", action, "master", "--dir", str(d),
-              message=f"{action} is not supported on the compose backend yet")
 
 
 def test_every_failover_command_has_help() -> None:

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from cluster.backends.failover import plan_lose, plan_promote, plan_rejoin, route_of
+from cluster.backends.failover import (
+    decide_promote,
+    decide_rejoin,
+    plan_lose,
+    plan_promote,
+    plan_rejoin,
+    refuse_lost,
+    route_of,
+)
 from cluster.backends.interface import BackendError
 from cluster.node.role import Role
 from cluster.node.route import Route, RouteError, read_route
@@ -108,6 +116,29 @@ def test_rejoin_refuses_a_running_node_and_the_master() -> None:
     with pytest.raises(BackendError, match="it is the cluster's master"):
         plan_rejoin(s, "master", running=set(), free_port=ports())
     assert not plan_rejoin(s, "slave1", running=set(), free_port=ports())  # proxy as it was
+
+
+def test_a_backend_without_link_proxies_gets_the_same_decisions() -> None:
+    """compose's state (no proxies, no master_via): decide_* change the
+    roles and the route exactly as plan_* do, and touch no link."""
+    s = state(slaves=2)
+    for n in s["nodes"].values():
+        del n["master_via"]
+    s["proxies"] = {}
+    plan = decide_promote(s, "slave2", running={"master", "slave1", "slave2"}, now_ms=9)
+    assert (plan.old_master, plan.restart, plan.followers) == (
+        "master", ("slave2", "master"), ("master", "slave1"))
+    assert plan.dropped_proxy is None and plan.retarget == ()
+    assert s["proxies"] == {} and all("master_via" not in n for n in s["nodes"].values())
+    assert [s["nodes"][n]["spec"]["role"] for n in ("master", "slave1", "slave2")] == [
+        "SLAVE", "SLAVE", "SYNC_MASTER"]
+    assert route_of(s) == Route(master="slave2", address="127.0.0.1:7002", since_ms=9, epoch=2)
+    plan_lose(s, "slave1", now_ms=10, taken=set())
+    with pytest.raises(BackendError, match="was lost .* rejoin slave1"):
+        refuse_lost(s, "slave1")
+    assert decide_rejoin(s, "slave1", running={"slave2"}) == route_of(s)
+    assert s["nodes"]["slave1"]["lost"] is False and s["proxies"] == {}
+    refuse_lost(s, "slave1")  # rejoined: it may start again
 
 
 def test_a_route_reads_back_and_a_bad_one_is_named(tmp_path: Path) -> None:

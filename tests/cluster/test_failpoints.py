@@ -72,6 +72,9 @@ def test_each_failpoint_is_visited_only_where_it_belongs(backend: LocalBackend,
     assert slave["after_append_before_flush"] == 0  # a slave never appends a put
     assert slave["after_ship_before_ack"] == 0
     assert slave["recovery_truncate"] == 0
+    assert master["after_put_answered"] == sends  # one answer per send, each PUT_OK
+    assert slave["after_put_answered"] == 0
+    assert slave["slave_after_report"] >= 1 and master["slave_after_report"] == 0
 
 
 @pytest.mark.parametrize("node,failpoint", [

@@ -37,3 +37,13 @@ def test_the_services_are_what_nodes_register() -> None:
     ha = ha_pb2.DESCRIPTOR.services_by_name["HA"]
     (replicate,) = ha.methods
     assert replicate.client_streaming and replicate.server_streaming
+
+
+def test_the_controller_service_has_rocketmqs_controller_calls() -> None:
+    from proto import controller_pb2
+
+    controller = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
+    assert [m.name for m in controller.methods] == [
+        "RegisterBroker", "Heartbeat", "ElectMaster", "GetReplicaInfo", "AlterSyncStateSet",
+        "GetMetadata"]
+    assert not any(m.client_streaming or m.server_streaming for m in controller.methods)

@@ -22,3 +22,13 @@ def ok(*args: str) -> str:
     assert r.returncode == 0, f"dlab {' '.join(args)}: {r.stderr}"
     assert "Traceback" not in r.stderr
     return r.stdout
+
+
+def fails(*args: str, message: str) -> None:
+    """`dlab ARGS...` must be refused as bad input: exit 2, no traceback,
+    `message` in the last line of stderr, which is an error."""
+    r = dlab(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert message in last and "error" in last, r.stderr

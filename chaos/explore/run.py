@@ -1,0 +1,193 @@
+"""One run of an exploration: the sim run (chaos/sim/run.py) of the small
+workload, watched for crash points, and crashed at one of them.
+
+A crash point is an event where a node's durable or replicated state
+changes, from the moment the cluster is up (every node started, the slaves
+connected) until the load ends: each file write or size change, fsync and
+directory fsync completing (store/sim/memory_disk.py tells them), and the
+failpoints a replication frame shipped (`after_ship_before_ack`), a range
+received and applied (`slave_after_append_before_report`), a report of a
+new offset (`slave_after_report`) and an answer sent to a client
+(`after_put_answered`) pass (store/failpoints.py). The run is deterministic,
+so the k-th event of the reference run is the k-th of every run of the same
+options until it crashes there.
+
+The reference run (no crash) records every event with the disk states a
+crash of each target could leave there (chaos/explore/disk_states.py). A
+crash run kills its target nodes right after its event, as a power cut:
+each crashed disk becomes the chosen state (MemoryDisk.crash(kept=...)),
+nothing drawn; the node that was running the event's code is unwound there
+(SimulatedCrash), as a `crash` failpoint does. The end of the run is every
+sim run's: the downed nodes restarted and recovered, replication settled,
+the stores read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.explore import disk_states
+from chaos.explore.disk_states import CrashState, States
+from chaos.harness.run_config import RunConfig
+from chaos.sim.cluster import OWNER, SimCluster, SimulatedCrash
+from chaos.sim.run import SimRun
+from cluster.backends.interface import NodeState
+from store.sim.loop import VirtualTimeLoop
+from store.sim.memory_disk import NO_FAULTS, Kept
+
+# Failpoints whose passing changes replicated state or what a client knows,
+# and the event each names.
+FAILPOINT_EVENTS = {
+    "after_ship_before_ack": "ship-sent",
+    "slave_after_append_before_report": "ship-applied",
+    "slave_after_report": "report-sent",
+    "after_put_answered": "answer-sent",
+}
+TARGETS = ("master", "slave", "both")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One crash point: the index-th event of the run."""
+
+    index: int
+    node: str
+    kind: str  # write, fsync, dir-fsync, ship-sent, ship-applied, report-sent, answer-sent
+    detail: str  # the file, for a disk event
+    at_ms: int
+
+    def label(self) -> str:
+        return f"{self.node} {self.kind}" + (f" {self.detail}" if self.detail else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "node": self.node, "kind": self.kind,
+                "detail": self.detail, "at_ms": self.at_ms}
+
+
+@dataclass(frozen=True)
+class CrashPlan:
+    """Crash `nodes` right after event `event` (which must be `expect`),
+    leaving each the disk state `state` says."""
+
+    event: int
+    target: str
+    nodes: tuple[str, ...]
+    state: CrashState
+    expect: str = ""  # the event's label in the reference run ("" : not checked)
+
+
+@dataclass
+class Probe:
+    """Counts the run's events once armed; at the planned one, crashes."""
+
+    plan: CrashPlan | None
+    on_event: Callable[[Event], None]
+    armed: bool = False
+    events: list[Event] = field(default_factory=list)
+    crashed: Event | None = None
+
+
+class ExploreRun(SimRun):
+    """A sim run watched for crash points (the module docstring): with
+    `plan` None the reference run, recording each event and the states a
+    crash of each target would leave there; with a plan, a crash run."""
+
+    def __init__(self, cfg: RunConfig, *, plan: CrashPlan | None, limit: int,
+                 sector_bytes: int = disk_states.SECTOR_BYTES, fsync_s: float | None = None,
+                 explore_record: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        # Nothing drawn at a crash: the states are chosen (the torn-write
+        # probability is the one draw the sim run makes for its disks).
+        self.disk_faults = NO_FAULTS
+        self.limit = limit
+        self.sector_bytes = sector_bytes
+        self.crash_plan = plan
+        self.fsync_s = fsync_s
+        self.explore_record = dict(explore_record or {})
+        self.probe = Probe(plan, self._event)
+        # Per event (reference run): target -> the states a crash there leaves.
+        self.states: list[dict[str, States]] = []
+
+    def target_nodes(self, target: str) -> tuple[str, ...]:
+        return tuple(self._targets(target))
+
+    async def _up(self, loop: VirtualTimeLoop) -> SimCluster:
+        cluster = await super()._up(loop)
+        if self.fsync_s is not None:  # the disk's speed from here on (each fsync 0.5-1.5x it)
+            cluster.fsync_typical_s = self.fsync_s
+        for name in self.nodes:
+            self._watch(cluster, name)
+        self.probe.armed = True
+        return cluster
+
+    def _watch(self, cluster: SimCluster, name: str) -> None:
+        n = cluster.nodes[name]
+        assert n.node is not None, f"{name} did not start"
+        clock = cluster.clock
+
+        def on_disk(kind: str, path: str) -> None:
+            self._seen(name, kind, path, clock.wall_ms())
+
+        def on_failpoint(fp: str) -> None:
+            kind = FAILPOINT_EVENTS.get(fp)
+            if kind is not None:
+                self._seen(name, kind, "", clock.wall_ms())
+
+        n.disk.observe = on_disk
+        n.node.failpoints.observe = on_failpoint
+
+    async def _end_phase(self, cluster: SimCluster) -> None:
+        self.probe.armed = False  # the load is over: the clean stops are no crash points
+        await super()._end_phase(cluster)
+
+    def _seen(self, node: str, kind: str, detail: str, at_ms: int) -> None:
+        probe = self.probe
+        if not probe.armed or probe.crashed is not None:
+            return
+        event = Event(len(probe.events), node, kind, detail, at_ms)
+        probe.events.append(event)
+        probe.on_event(event)
+
+    def _event(self, event: Event) -> None:
+        plan = self.crash_plan
+        if plan is None:
+            per_node = {name: self._node_states(name) for name in self.nodes}
+            self.states.append({t: disk_states.crash_states(
+                {n: per_node[n] for n in self.target_nodes(t)}, self.limit) for t in TARGETS})
+            return
+        if event.index != plan.event:
+            return
+        if plan.expect and event.label() != plan.expect:
+            raise RuntimeError(f"event {event.index} is {event.label()!r} where the reference "
+                               f"run had {plan.expect!r}: the run is not deterministic")
+        self._crash(event, plan)
+
+    def _node_states(self, name: str) -> tuple[list[list[tuple[str, Kept]]], int]:
+        disk = self.cluster.nodes[name].disk
+        return disk_states.node_states(disk.unsynced(), disk.durable_range,
+                                       sector_bytes=self.sector_bytes)
+
+    def _crash(self, event: Event, plan: CrashPlan) -> None:
+        cluster = self.cluster
+        self.probe.crashed = event
+        t = cluster.clock.wall_ms()
+        for name in plan.nodes:
+            n = cluster.nodes[name]
+            if n.state is not NodeState.RUNNING:
+                continue
+            before = n.disk
+            cluster.kill(name)
+            n.disk = before.crash(kept=plan.state.get(name, {}))
+            self.crashed_at.setdefault(name, t)
+            self.record.kill(name, t, detail=f"explore: crash at event {event.index} "
+                                             f"({event.label()})")
+        if OWNER.get() in plan.nodes:
+            raise SimulatedCrash(OWNER.get())
+
+    def _write_params(self, **kw: Any) -> None:
+        record = dict(self.explore_record)
+        record["trace"] = [e.to_json() for e in self.probe.events]
+        kw["extra"] = {**kw.get("extra", {}), "explore": record}
+        super()._write_params(**kw)

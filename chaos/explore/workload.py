@@ -1,0 +1,116 @@
+"""What an exploration runs: its options (a small deterministic workload and
+the cluster's mode) and the sim RunConfig of each of its runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.explore.disk_states import SECTOR_BYTES
+from chaos.harness.run_config import MASTER_ROLES, Backend, KeepStores, RunConfig
+from chaos.harness.scenarios import Scenario
+from chaos.harness.workload import WorkloadConfig
+from cluster.node.role import Role
+from store.config import FlushMode
+from store.emulate import SWITCHES
+
+# Puts per second per producer (the sim run's default rate): 6 puts of 2
+# producers take 0.08 s of simulated time.
+RATE_PER_S = 25.0
+# Simulated time after the last put is sent, before the load ends: its
+# answer, replication and the flushes it started come within it.
+TAIL_S = 0.5
+# Segments sized to the workload, not to the 4 MiB message a chaos run may
+# send: a crash copies and a read-back scans whole segments, and 64 KiB
+# holds a hundred puts of the default size (more roll, as on any node).
+SEGMENT_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = SEGMENT_BYTES - 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExploreOptions:
+    """One exploration (`dlab chaos explore`'s options)."""
+
+    role: Role = Role.SYNC_MASTER
+    flush: FlushMode = FlushMode.SYNC_FLUSH
+    puts: int = 6
+    producers: int = 2
+    slaves: int = 1
+    body_bytes: int = 1024
+    consumer: bool = False
+    emulate: tuple[str, ...] = ()
+    seed: int = 1
+    max_disk_states: int = 256  # per crash point and target
+    sector_bytes: int = SECTOR_BYTES
+    # How long the disk's fsync takes (each 0.5 to 1.5 times it; the seed
+    # draws the rest of the timing): a busy disk's, so that replication
+    # overtakes the flush as it does beside a slow one (docs/simulation.md).
+    fsync_ms: float = 5.0
+    targets: tuple[str, ...] = ("master", "slave", "both")
+    events: tuple[int, ...] = field(default=())  # only these crash points (empty: every one)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "flush", FlushMode(self.flush))
+
+    def validate(self) -> ExploreOptions:
+        if self.role not in MASTER_ROLES:
+            raise ValueError(f"role must be one of {', '.join(MASTER_ROLES)}, got {self.role}")
+        for name in ("puts", "producers", "slaves", "body_bytes", "max_disk_states"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                 f"{getattr(self, name)}")
+        if self.body_bytes > MAX_MESSAGE_BYTES:
+            raise ValueError(f"--body-bytes {self.body_bytes}: at most {MAX_MESSAGE_BYTES} "
+                             "(the exploration's segments are 64 KiB)")
+        if self.puts > 1000:
+            raise ValueError(f"--puts {self.puts}: an exhaustive exploration grows with the "
+                             "puts' events; give at most 1000")
+        if not 0.01 <= self.fsync_ms <= 1000:
+            raise ValueError(f"--fsync-ms {self.fsync_ms}: give 0.01 to 1000 ms")
+        if self.sector_bytes < 1:
+            raise ValueError("the sector size must be at least 1 byte")
+        unknown = sorted(set(self.emulate) - set(SWITCHES))
+        if unknown:
+            raise ValueError(f"unknown bug(s) to emulate: {', '.join(unknown)}")
+        bad = sorted(set(self.targets) - {"master", "slave", "both"})
+        if bad or not self.targets:
+            raise ValueError(f"targets are master, slave and both, got {', '.join(bad) or 'none'}")
+        return self
+
+    @property
+    def mode(self) -> str:
+        return f"{self.role}-{self.flush}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": str(self.role), "flush": str(self.flush), "puts": self.puts,
+                "producers": self.producers, "slaves": self.slaves,
+                "body_bytes": self.body_bytes, "consumer": self.consumer,
+                "emulate": sorted(self.emulate), "seed": self.seed,
+                "max_disk_states": self.max_disk_states, "sector_bytes": self.sector_bytes,
+                "fsync_ms": self.fsync_ms,
+                "targets": list(self.targets), "events": list(self.events)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ExploreOptions:
+        fields = dict(doc)
+        for name in ("emulate", "targets", "events"):
+            fields[name] = tuple(fields.get(name, ()))
+        return cls(**fields).validate()
+
+    def run_config(self, name: str, out_dir: str) -> RunConfig:
+        """The sim run of one exploration run (`name`: its scenario name,
+        which its run id starts with)."""
+        duration = self.puts / (self.producers * RATE_PER_S) + TAIL_S
+        scenario = Scenario(name, "dlab chaos explore: the workload, one crash, recovery",
+                            (), load_s=duration, settle_s=0.0, consume=self.consumer)
+        workload = WorkloadConfig(producers=self.producers, rate_per_s=RATE_PER_S,
+                                  body_min_bytes=self.body_bytes, body_max_bytes=self.body_bytes,
+                                  max_ops=self.puts)
+        node_args = ("--max-message-size", str(MAX_MESSAGE_BYTES))
+        return RunConfig(scenario=scenario, role=self.role, flush=self.flush, seed=self.seed,
+                         out_dir=out_dir, backend=Backend.SIM, slaves=self.slaves,
+                         workload=workload, emulate=self.emulate, sim_duration_s=duration,
+                         segment_size_bytes=SEGMENT_BYTES, master_args=node_args,
+                         slave_args=node_args,
+                         keep_stores=KeepStores.ALL).validate()

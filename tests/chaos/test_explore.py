@@ -1,0 +1,190 @@
+"""`dlab chaos explore`: every crash point of a small sim workload, every
+target and disk state. A planted bug (an ack before its fsync) is found at
+its first crash point and today's code breaks no promise there; SYNC_FLUSH's
+window (a slave ahead of a crashed master) is found; the counts add up; a
+case replays byte for byte; bad input is refused with exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from chaos.check.run_dirs import load_run
+from chaos.cli import main
+from chaos.commands.replay import differing_files, tree_hashes
+from chaos.explore import disk_states
+from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, explore, reference
+from chaos.explore.replay import replay_case
+from chaos.explore.run import Event
+from chaos.explore.workload import ExploreOptions
+from chaos.report.run_pages import crash_point_section
+from chaos.schema import load_json_file
+from store.emulate import PLANTED_ACK_BEFORE_FSYNC
+from store.sim.memory_disk import Kept, MemoryDisk
+
+PLANTED = (PLANTED_ACK_BEFORE_FSYNC,)
+
+
+def _first(events: list[Event], label: str) -> int:
+    return next(e.index for e in events if e.label() == label)
+
+
+def _events(tmp_path: Path, **opts: object) -> list[Event]:
+    ref = reference(ExploreOptions(**opts).validate(), str(tmp_path / "ref"))  # type: ignore[arg-type]
+    return ref.probe.events
+
+
+# ------------------------------------------------------------- disk states
+def test_a_files_choices_are_its_prefixes_and_sector_tears_without_repeats() -> None:
+    durable = bytes(2048)
+    pending = [(100, b"a" * 1000), (0, b"\0" * 10), (1100, b"b" * 10)]
+    got, every = disk_states.file_choices(2048, pending, 512,
+                                          lambda a, b: durable[a:b])
+    # write 0 torn at 512 and 1024 (file offsets), or whole; write 1 writes
+    # the zeros already there (the same bytes: dropped); write 2 whole.
+    assert got == [Kept(0), Kept(0, 412), Kept(0, 924), Kept(1), Kept(3)]
+    assert every == 6  # nothing, 3 of write 0, 1 of write 1, 1 of write 2
+
+
+def test_a_crash_keeps_the_chosen_prefix_and_tear_of_each_file() -> None:
+    disk = MemoryDisk()
+    disk.makedirs("/d")
+    f = disk.open("/d/a", create=True)
+    f.pwrite(b"x" * 10, 0)
+    f.fsync()
+    disk.fsync_dir("/d")
+    f.pwrite(b"y" * 1000, 10)
+    f.pwrite(b"z" * 5, 1010)
+    assert list(disk.unsynced()) == ["/d/a"]
+    torn = disk.crash(kept={"/d/a": Kept(0, 502)})
+    assert torn.read_file("/d/a") == b"x" * 10 + b"y" * 502
+    whole = disk.crash(kept={"/d/a": Kept(2)})
+    assert whole.read_file("/d/a") == b"x" * 10 + b"y" * 1000 + b"z" * 5
+    assert disk.crash(kept={}).read_file("/d/a") == b"x" * 10
+
+
+# ------------------------------------------------------- what it finds
+def test_the_planted_ack_before_fsync_is_found_at_its_first_crash_point(
+        tmp_path: Path) -> None:
+    events = _events(tmp_path, emulate=PLANTED)
+    first_answer = _first(events, "master answer-sent")
+    opts = ExploreOptions(emulate=PLANTED, events=(first_answer,), targets=("master",))
+    counts, findings = explore(opts.validate(), str(tmp_path / "out"), workers=1,
+                               log=lambda s: None)
+    violations = [f for f in findings if VIOLATION in f["kinds"]]
+    assert violations and counts.findings[VIOLATION] == len(violations)
+    # The state that lost the unsynced record breaks the disk promise.
+    assert any(f["acked_lost_master"] >= 1 for f in violations)
+    for f in violations:
+        assert os.path.isfile(tmp_path / "out" / f["case"] / "params.json")
+
+
+def test_without_the_planted_fault_the_same_crash_point_breaks_no_promise(
+        tmp_path: Path) -> None:
+    events = _events(tmp_path)
+    first_answer = _first(events, "master answer-sent")
+    before = [e.index for e in events if e.index <= first_answer and e.node == "master"]
+    opts = ExploreOptions(events=tuple(before[-3:]), targets=("master", "both"))
+    counts, findings = explore(opts.validate(), str(tmp_path / "out"), workers=1,
+                               log=lambda s: None)
+    assert counts.runs > 10
+    assert counts.findings[VIOLATION] == 0, [f for f in findings if f["kinds"]]
+
+
+def test_sync_flush_leaves_a_slave_ahead_of_a_master_crashed_before_its_fsync(
+        tmp_path: Path) -> None:
+    events = _events(tmp_path)
+    applied = _first(events, "slave1 ship-applied")
+    fsynced = next(e.index for e in events if e.index > applied and e.node == "master"
+                   and e.kind == "fsync")
+    opts = ExploreOptions(events=(applied,), targets=("master",))
+    counts, findings = explore(opts.validate(), str(tmp_path / "out"), workers=1,
+                               log=lambda s: None)
+    assert fsynced > applied
+    assert counts.findings[SLAVE_AHEAD] == counts.runs > 0
+    assert all(f["slave_ahead_bytes"] > 0 for f in findings)
+    assert counts.findings[VIOLATION] == 0
+
+
+# ------------------------------------------------------------------ counts
+def test_the_counts_add_up_and_explore_json_says_them(tmp_path: Path) -> None:
+    opts = ExploreOptions(events=(0, 1, 2, 3)).validate()
+    counts, _ = explore(opts, str(tmp_path / "out"), workers=2, log=lambda s: None)
+    ref = reference(opts, str(tmp_path / "ref"))
+    expected = sum(len(ref.states[e][t].states) for e in range(4) for t in opts.targets)
+    assert counts.crash_points == 4
+    assert counts.states == counts.runs == expected
+    assert counts.pruned == sum(ref.states[e][t].pruned for e in range(4) for t in opts.targets)
+    doc = load_json_file(str(tmp_path / "out" / "explore.json"))
+    assert doc["counts"]["disk_states"] == counts.states
+    assert doc["counts"]["runs"] == counts.runs and doc["counts"]["crash_points"] == 4
+    kinds = {e["kind"] for e in doc["events"]}
+    assert {"write", "fsync", "ship-sent", "ship-applied", "report-sent",
+            "answer-sent"} <= kinds
+    # Only the findings' runs are kept.
+    assert len(os.listdir(tmp_path / "out" / "cases")) == sum(
+        1 for f in doc["findings"] if f["kinds"])
+
+
+# ------------------------------------------------------------------ replay
+def dlab(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`dlab ARGS` in this process (the CLI's own error handling included):
+    exit status, stdout, stderr."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_case_replays_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    events = _events(tmp_path, emulate=PLANTED)
+    first_answer = _first(events, "master answer-sent")
+    code, out, err = dlab(capsys, "chaos", "explore", "--emulate", PLANTED[0], "--events",
+                          str(first_answer), "--targets", "master", "--max-disk-states", "2",
+                          "--workers", "1", "--out", str(tmp_path / "out"))
+    assert code == 1, out + err
+    assert "violation:" in out and "dlab chaos replay" in out
+    case = str(tmp_path / "out" / "cases" / sorted(os.listdir(tmp_path / "out" / "cases"))[0])
+    with open(os.path.join(case, "params.json"), encoding="utf-8") as f:
+        record = json.load(f)["explore"]
+    assert record["trace"][-1]["kind"] == "answer-sent"  # the trace ends at the crash
+    again = replay_case(record, str(tmp_path / "again"))
+    assert differing_files(case, again.run_dir) == []
+    assert len(tree_hashes(case)) > 10
+    code, out, err = dlab(capsys, "chaos", "replay", case, "--out", str(tmp_path / "cli"))
+    assert code == 1, out + err  # the case breaks a promise
+    assert "identical to the original, byte for byte" in out
+    # Its page in the report names the crash point and shows the trace up to it.
+    run = load_run(case, 0)
+    page = "\n".join(crash_point_section(run.params["explore"], run.params["started_ms"],
+                                          "simulated s"))
+    assert f"right after event {first_answer} (master answer-sent)" in page
+    assert page.count("<td>answer-sent</td>") == 1 and "<td>ship-sent</td>" in page
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--targets", "master,primary"), "targets are master, slave and both"),
+    (("--emulate", "no-such-bug"), "unknown bug 'no-such-bug'"),
+    (("--events", "x-3"), "crash point numbers"),
+    (("--body-bytes", "100000"), "--body-bytes 100000"),
+])
+def test_bad_input_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          args: tuple[str, ...], words: str) -> None:
+    code, out, err = dlab(capsys, "chaos", "explore", *args, "--out", str(tmp_path / "out"))
+    assert code == 2, out + err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_a_crash_point_the_reference_run_lacks_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = dlab(capsys, "chaos", "explore", "--events", "5000", "--out",
+                          str(tmp_path / "out"))
+    assert code == 2, out + err
+    assert "--events 5000: the reference run has" in err
