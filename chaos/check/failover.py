@@ -46,6 +46,12 @@ def lost_at_end(faults: Iterable[Mapping[str, Any]]) -> set[str]:
     return lost
 
 
+def lost_mask(names: Sequence[str], faults: Iterable[Mapping[str, Any]]) -> int:
+    """Bit i: node names[i] was lost and never rejoined."""
+    lost = lost_at_end(faults)
+    return sum(1 << i for i, name in enumerate(names) if name in lost)
+
+
 def route_changes(faults: Iterable[Mapping[str, Any]], first_master: str
                   ) -> list[tuple[int, str | None]]:
     """(from_ms, master) of each route in order; the first from the start."""

@@ -102,12 +102,6 @@ def acker_index(run: RunInfo, node: str) -> int:
     return 0 if found is None else found.index
 
 
-def lost_mask(run: RunInfo) -> int:
-    """Bit i: node i was lost and never rejoined (chaos.check.failover)."""
-    lost = failover.lost_at_end(run.faults)
-    return sum(1 << n.index for n in run.nodes if n.name in lost)
-
-
 def judge_run_acks(run: RunInfo, history: Sequence[dict[str, Any]],
                    held: list[set[str]] | None = None) -> dict[str, int]:
     """The verdict figures of the run's PUT_OKs (chaos.check.promises.judge_acks)
@@ -120,7 +114,8 @@ def judge_run_acks(run: RunInfo, history: Sequence[dict[str, Any]],
         run.params["role"], run.params["flush"], acks, held,
         disk_void_until_ms=[n.disk_void_until_ms for n in run.nodes],
         copy_void_until_ms=[n.copy_void_until_ms for n in run.nodes],
-        ignored_mask=_ignored_slaves(run), lost_mask=lost_mask(run))
+        ignored_mask=_ignored_slaves(run),
+        lost_mask=failover.lost_mask([n.name for n in run.nodes], run.faults))
 
 
 def held_ids(run: RunInfo) -> list[set[str]]:
