@@ -7,12 +7,15 @@ that, even in the same millisecond as a kill, may have reached the node
 before the signal did; its PUT_OK says nothing about recovery. When the node
 answered again is in faults.jsonl (chaos/schema.py):
 
-- kill, stop, failpoint, refused leave the node down: it answered again
-  when the next start or restart of that node ended (that row's end_ms); a
-  row that carries its own end_ms says so itself; none → never, in this run;
+- kill, stop, failpoint, refused, lose leave the node down: it answered
+  again when the next start, restart or rejoin of that node ended (that
+  row's end_ms), or, for a master, when a promotion of another node in its
+  place ended (a promote row whose peer it is: writes go to the new master
+  from then); a row that carries its own end_ms says so itself; none →
+  never, in this run;
 - pause and partition end at their own end_ms (resume, heal); null → never;
-- every other kind (restart, torn_tail, bit_flip, rogue_peer) leaves the
-  node answering at its end_ms, or at once when that is null.
+- every other kind (restart, promote, torn_tail, bit_flip, rogue_peer)
+  leaves the node answering at its end_ms, or at once when that is null.
 
 An outage with no recovery lasts to the end of the load (the last answer
 in the history). Only outages during which some put failed stop writes:
@@ -39,12 +42,12 @@ from typing import Any
 from chaos.schema import CONSUMER_NODE
 
 # Fault kinds that end a fault rather than start one: not outages themselves.
-ENDING = frozenset({"start", "resume", "heal"})
+ENDING = frozenset({"start", "resume", "heal", "rejoin"})
 # Fault kinds that leave the node down until a later start or restart.
-DOWNING = frozenset({"kill", "stop", "failpoint", "refused"})
+DOWNING = frozenset({"kill", "stop", "failpoint", "refused", "lose"})
 # Fault kinds that last until their own end_ms (resume, heal).
 LASTING = frozenset({"pause", "partition"})
-STARTS = frozenset({"start", "restart"})
+STARTS = frozenset({"start", "restart", "rejoin"})
 
 
 def answered_ms(faults: Sequence[Mapping[str, Any]], i: int) -> int | None:
@@ -58,8 +61,9 @@ def answered_ms(faults: Sequence[Mapping[str, Any]], i: int) -> int | None:
     if f["kind"] not in DOWNING:
         return int(f["start_ms"])
     for later in faults[i + 1:]:
-        if later["kind"] in STARTS and later["node"] == f["node"] \
-                and later["start_ms"] >= f["start_ms"]:
+        back = (later["kind"] in STARTS and later["node"] == f["node"]) or (
+            later["kind"] == "promote" and later["peer"] == f["node"])
+        if back and later["start_ms"] >= f["start_ms"]:
             return None if later["end_ms"] is None else int(later["end_ms"])
     return None
 

@@ -46,6 +46,26 @@ chaos/report/pipeline.py, which looks them up per message):
   neither a violation nor stranded — lost, but nothing the mode promised
   says it should be there.
 
+After a failover (docs/design.md, "Failover: routing, promotion, rejoin")
+the master is the node serving as master at the end (params.json's first
+node) and m's *acker* is the node that answered its first PUT_OK:
+
+- m is **lost by failover** when its acker is not the final master and the
+  final master does not hold it (the promoted node never got it, or a
+  second master acknowledged it: a split brain).
+- **disk** is judged on the acker's store (its fsync is what the ack
+  promised; a lost machine's disk is read from its moved-aside store), void
+  by damage to the acker's disk.
+- **replica** is judged on the nodes other than the acker ("received by a
+  slave" of the master that answered), void when one of their copies may
+  have been destroyed. So under SYNC_MASTER a message the promoted slave
+  lacks, and no other replica holds, is a violation; under ASYNC_MASTER it
+  is an allowed loss (its size, and the replication lag at the loss:
+  chaos/check/failover.py).
+- a lost node (lost, never rejoined) is no slave: what only it holds is
+  neither held by a slave nor stranded.
+With no failover every acker is the master and these read as above.
+
 What this does not judge: which attempt of a retried message survived, the
 bytes of the body (records carry its CRC, the history does not), and
 anything about messages that were not acknowledged (see INDETERMINATE in
@@ -118,6 +138,7 @@ class AckVerdict:
     on_master: bool
     on_slave: bool
     stranded: bool = False  # off the master, held only by rejected/ignored slaves
+    by_failover: bool = False  # acknowledged by a node other than the final master
 
     @property
     def violation(self) -> bool:
@@ -130,6 +151,10 @@ class AckVerdict:
     @property
     def lost_everywhere(self) -> bool:
         return not self.on_master and not self.on_slave
+
+    @property
+    def lost_by_failover(self) -> bool:
+        return self.by_failover and not self.on_master
 
 
 def _judge_one(promised: bool, held: bool, void: bool) -> Outcome:
@@ -149,23 +174,34 @@ def judge(
     master_disk_void: bool,
     some_slave_void: bool,
     only_on_rejected: bool = False,
+    by_failover: bool = False,
+    on_acker: bool = False,
+    on_replica: bool = False,
 ) -> AckVerdict:
-    """Judge one PUT_OK. `master_disk_void`: the master's disk was damaged at
-    or after the message was invoked; `some_slave_void`: some slave's copy may
-    have been destroyed at or after it (disk damage, or a crash under the
-    power model); `only_on_rejected`: every slave holding it is one the
-    master rejects or ignores. See the module docstring for why."""
+    """Judge one PUT_OK. `on_master`: the final master holds it; `on_slave`:
+    some other node (not lost) does; `master_disk_void`: the acker's disk
+    was damaged at or after the message was invoked; `some_slave_void`: the
+    copy of some node other than the acker may have been destroyed at or
+    after it (disk damage, or a crash under the power model);
+    `only_on_rejected`: every slave holding it is one the master rejects or
+    ignores. `by_failover`: its acker is not the final master; then
+    `on_acker` (the acker holds it) and `on_replica` (a node other than the
+    acker does) are what its promises are judged on; without a failover
+    they are on_master and on_slave. See the module docstring for why."""
+    if not by_failover:
+        on_acker, on_replica = on_master, on_slave
     ps = promises(role, flush)
     stranded = not on_master and on_slave and only_on_rejected
-    replica = _judge_one(Promise.REPLICA in ps, on_slave, some_slave_void)
+    replica = _judge_one(Promise.REPLICA in ps, on_replica, some_slave_void)
     if stranded and replica == Outcome.KEPT:
         replica = Outcome.STRANDED
     return AckVerdict(
-        disk=_judge_one(Promise.DISK in ps, on_master, master_disk_void),
+        disk=_judge_one(Promise.DISK in ps, on_acker, master_disk_void),
         replica=replica,
         on_master=on_master,
         on_slave=on_slave,
         stranded=stranded,
+        by_failover=by_failover,
     )
 
 
@@ -178,6 +214,7 @@ def ack_figures(v: AckVerdict) -> dict[str, bool]:
         "acked_stranded": v.stranded,
         "acked_lost_master": not v.on_master,
         "acked_lost_everywhere": v.lost_everywhere,
+        "acked_lost_failover": v.lost_by_failover,
         "disk_promises": v.disk is not Outcome.NOT_PROMISED,
         "disk_void": v.disk is Outcome.VOID,
         "disk_violations": v.disk is Outcome.VIOLATED,
@@ -194,29 +231,48 @@ ACK_FIGURES = tuple(ack_figures(AckVerdict(Outcome.KEPT, Outcome.KEPT, True, Tru
 
 @dataclass(frozen=True)
 class Ack:
-    """One PUT_OK as judge_acks needs it."""
+    """One PUT_OK as judge_acks needs it: `node`, the index of the node that
+    answered it (0: the final master)."""
 
     msg_id: str
     invoke_ms: int
+    node: int = 0
 
 
 def judge_acks(role: str, flush: str, acks: Iterable[Ack], held: Sequence[set[str]], *,
-               disk_void_until_ms: int, copy_void_until_ms: Sequence[int],
-               ignored_mask: int) -> dict[str, int]:
+               disk_void_until_ms: int | Sequence[int], copy_void_until_ms: Sequence[int],
+               ignored_mask: int, lost_mask: int = 0) -> dict[str, int]:
     """A run's verdict figures (ACK_FIGURES and `acked`) over its PUT_OKs.
-    `held[i]`: the message ids node i holds (0: the master); the others'
-    copies are void for a message invoked at or before
-    `copy_void_until_ms[i - 1]`, the master's disk at or before
-    `disk_void_until_ms` (chaos.check.run_dirs.void_until); bit i of `ignored_mask`:
-    node i is a slave the master rejects or ignores (chaos.check.slave_ahead)."""
-    out = dict.fromkeys(("acked", *ACK_FIGURES), 0)
-    slaves = range(1, len(held))
+    `held[i]`: the message ids node i holds (0: the final master); node i's
+    copy is void for a message invoked at or before `copy_void_until_ms[i]`
+    (given for the slaves only, i - 1: the master's copy counts for no
+    ack), node i's disk at or before `disk_void_until_ms[i]` (one int: the
+    master's, the only one any ack is judged on without a failover;
+    chaos.check.run_dirs.void_until); bit i of `ignored_mask`: node
+    i is a slave the master rejects or ignores (chaos.check.slave_ahead), of
+    `lost_mask`: node i was lost and never rejoined. A message is judged with
+    the acker of its first PUT_OK (as the report's query does)."""
+    disk_void = ([disk_void_until_ms] if isinstance(disk_void_until_ms, int)
+                 else list(disk_void_until_ms))
+    copy_void = list(copy_void_until_ms)
+    if len(copy_void) < len(held):
+        copy_void = [-(2**63), *copy_void]  # by node index
+    acks = list(acks)
+    acker: dict[str, int] = {}
     for ack in acks:
-        holders = [i for i in slaves if ack.msg_id in held[i]]
+        acker.setdefault(ack.msg_id, ack.node)
+    out = dict.fromkeys(("acked", *ACK_FIGURES), 0)
+    nodes = range(len(held))
+    for ack in acks:
+        a = acker[ack.msg_id]
+        holders = [i for i in nodes if i and not lost_mask >> i & 1 and ack.msg_id in held[i]]
         v = judge(role, flush, on_master=ack.msg_id in held[0], on_slave=bool(holders),
-                  master_disk_void=ack.invoke_ms <= disk_void_until_ms,
-                  some_slave_void=any(ack.invoke_ms <= t for t in copy_void_until_ms),
-                  only_on_rejected=all(ignored_mask >> i & 1 for i in holders))
+                  master_disk_void=ack.invoke_ms <= disk_void[a if a < len(disk_void) else 0],
+                  some_slave_void=any(ack.invoke_ms <= copy_void[i] for i in nodes
+                                      if i != a and i < len(copy_void)),
+                  only_on_rejected=all(ignored_mask >> i & 1 for i in holders),
+                  by_failover=a != 0, on_acker=ack.msg_id in held[a],
+                  on_replica=any(ack.msg_id in held[i] for i in nodes if i != a))
         out["acked"] += 1
         for name, counts in ack_figures(v).items():
             out[name] += counts
@@ -228,8 +284,8 @@ def judge_acks(role: str, flush: str, acks: Iterable[Ack], held: Sequence[set[st
 # cannot call Python per message (the Spark query) looks its answers up
 # instead of restating the rule. A key packs the inputs, high bit first:
 MODES: tuple[tuple[str, str], ...] = tuple(PROMISES)
-JUDGE_INPUTS = ("on_master", "on_slave", "only_on_rejected", "master_disk_void",
-                "some_slave_void")
+JUDGE_INPUTS = ("on_master", "on_slave", "only_on_rejected", "by_failover", "on_acker",
+                "on_replica", "master_disk_void", "some_slave_void")
 JUDGE_KEYS = len(MODES) << len(JUDGE_INPUTS)
 
 

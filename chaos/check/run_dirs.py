@@ -132,7 +132,7 @@ def void_until(
         disk = NEVER_MS
     copy = disk
     if crash_model == "power":
-        kills = [f["start_ms"] for f in mine if f["kind"] == "kill"]
+        kills = [f["start_ms"] for f in mine if f["kind"] in ("kill", "lose")]
         crash_failpoint = "crash" in json.dumps(failpoint_spec or "")
         if final["killed"] and (not kills or crash_failpoint):
             copy = ALWAYS_MS  # it died at a time no fault row records

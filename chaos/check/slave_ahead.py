@@ -10,6 +10,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from chaos.check.failover import lost_at_end
 from chaos.check.run_dirs import RunInfo
 
 # run, observation, slave node, master offset, slave offset, at the end of the run
@@ -28,8 +29,9 @@ def run_ahead_observations(run: RunInfo) -> list[Observation]:
             obs.append((run.index, n, slave.index, o["master_offset"], o["slave_offset"],
                         False))
     master_end = int(run.nodes[0].final["wrote"])
+    lost = lost_at_end(run.faults)  # a lost machine's store is evidence, no slave
     for slave in run.nodes[1:]:
-        if int(slave.final["wrote"]) > master_end:
+        if int(slave.final["wrote"]) > master_end and slave.name not in lost:
             obs.append((run.index, len(run.observations) + slave.index, slave.index,
                         master_end, int(slave.final["wrote"]), True))
     return obs

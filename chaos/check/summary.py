@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check import consumption, evidence, outage, promises
+from chaos.check import consumption, evidence, failover, outage, promises
 from chaos.check.run_dirs import RunInfo, load_run
 from chaos.schema import SchemaError, read_jsonl
 from store.status import PutStatus
@@ -49,6 +49,12 @@ class RunOutcome:
     evidence_breaches: int = 0
     evidence_rules: dict[str, int] = field(default_factory=dict)
     evidence_first: list[str] = field(default_factory=list)
+    # After a failover (chaos/check/failover.py): PUT_OKs missing from the
+    # final master that another node acknowledged, the largest replication
+    # lag at their loss, and PUT_OKs answered by a node no longer master.
+    acked_lost_failover: int = 0
+    failover_lag_ms: int | None = None
+    split_brain_acks: int = 0
 
     @property
     def broke_a_promise(self) -> bool:
@@ -76,7 +82,8 @@ def _slave_ahead_bytes(run: RunInfo) -> int:
     gaps = [o["slave_offset"] - o["master_offset"] for o in run.observations
             if o["kind"] == "slave_ahead"]
     master_end = int(run.nodes[0].final["wrote"])
-    gaps += [int(s.final["wrote"]) - master_end for s in run.nodes[1:]]
+    lost = failover.lost_at_end(run.faults)
+    gaps += [int(s.final["wrote"]) - master_end for s in run.nodes[1:] if s.name not in lost]
     return max([0, *gaps])
 
 
@@ -88,18 +95,51 @@ def _faults(run: RunInfo) -> list[dict[str, Any]]:
              "detail": f["detail"]} for f in run.faults]
 
 
-def judge_run_acks(run: RunInfo, history: Sequence[dict[str, Any]]) -> dict[str, int]:
+def acker_index(run: RunInfo, node: str) -> int:
+    """The index of the node a history row names (0, the master, when it
+    names none of the run's nodes: an address)."""
+    found = run.node(node)
+    return 0 if found is None else found.index
+
+
+def judge_run_acks(run: RunInfo, history: Sequence[dict[str, Any]],
+                   held: list[set[str]] | None = None) -> dict[str, int]:
     """The verdict figures of the run's PUT_OKs (chaos.check.promises.judge_acks)
     against the records its nodes' read-backs hold."""
-    held: list[set[str]] = [{r["msg_id"] for r in read_jsonl(n.records_path) if r["msg_id"]}
-                            for n in run.nodes]
-    acks = [promises.Ack(h["msg_id"], h["invoke_ms"]) for h in history
-            if h["status"] == PutStatus.PUT_OK]
+    if held is None:
+        held = held_ids(run)
+    acks = [promises.Ack(h["msg_id"], h["invoke_ms"], acker_index(run, h["node"]))
+            for h in history if h["status"] == PutStatus.PUT_OK]
     return promises.judge_acks(
         run.params["role"], run.params["flush"], acks, held,
-        disk_void_until_ms=run.nodes[0].disk_void_until_ms,
-        copy_void_until_ms=[s.copy_void_until_ms for s in run.nodes[1:]],
-        ignored_mask=_ignored_slaves(run))
+        disk_void_until_ms=[n.disk_void_until_ms for n in run.nodes],
+        copy_void_until_ms=[n.copy_void_until_ms for n in run.nodes],
+        ignored_mask=_ignored_slaves(run),
+        lost_mask=failover.lost_mask([n.name for n in run.nodes], run.faults))
+
+
+def held_ids(run: RunInfo) -> list[set[str]]:
+    """Per node, the message ids its read-back holds."""
+    return [{r["msg_id"] for r in read_jsonl(n.records_path) if r["msg_id"]}
+            for n in run.nodes]
+
+
+def failover_fields(run: RunInfo, history: Sequence[dict[str, Any]],
+                    held: list[set[str]]) -> dict[str, Any]:
+    """RunOutcome's failover figures (chaos.check.failover)."""
+    if not failover.failed_over(run.faults):
+        return {}
+    first = str(run.params.get("first_master") or run.nodes[0].name)
+    changes = failover.route_changes(run.faults, first)
+    final = run.nodes[0].name
+    firsts: dict[str, dict[str, Any]] = {}
+    for h in history:
+        if h["status"] == PutStatus.PUT_OK:
+            firsts.setdefault(h["msg_id"], h)
+    lost = [(h["node"], int(h["invoke_ms"])) for h in firsts.values()
+            if h["node"] != final and h["msg_id"] not in held[0]]
+    return {"split_brain_acks": failover.split_brain_acks(history, changes, PutStatus.PUT_OK),
+            "failover_lag_ms": failover.failover_lag_ms(run.faults, changes, lost)}
 
 
 def run_outcome(run_dir: str) -> RunOutcome:
@@ -107,7 +147,8 @@ def run_outcome(run_dir: str) -> RunOutcome:
     run = load_run(run_dir, 0)
     role, flush = run.params["role"], run.params["flush"]
     history = read_jsonl(run.history_path)
-    figures = judge_run_acks(run, history)
+    held = held_ids(run)
+    figures = judge_run_acks(run, history, held)
     acked = figures["acked"]
     settle = [o["detail"] for o in run.observations if o["kind"] == "settle"]
     replication = str(settle[-1]) if settle else "not recorded"
@@ -130,7 +171,8 @@ def run_outcome(run_dir: str) -> RunOutcome:
         unwritable_s=outage.availability(
             outage.fault_rows(run.faults, history, PutStatus.PUT_OK)).unwritable_s,
         faults=_faults(run), consumer=consumer, consumer_problem=problem,
-        **_evidence_fields(run, history))
+        acked_lost_failover=figures["acked_lost_failover"],
+        **failover_fields(run, history, held), **_evidence_fields(run, history))
 
 
 def _evidence_fields(run: RunInfo, history: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -153,6 +195,10 @@ def outcome_line(o: RunOutcome) -> str:
         rules = ", ".join(f"{n} {rule}" for rule, n in o.evidence_rules.items() if n)
         parts.append(f"{o.evidence_breaches} PUT_OK{'' if o.evidence_breaches == 1 else 's'} "
                      f"not covered by their evidence ({rules})")
+    if o.acked_lost_failover or o.split_brain_acks:
+        lag = "" if o.failover_lag_ms is None else f", lag {o.failover_lag_ms} ms at the loss"
+        parts.append(f"{o.acked_lost_failover} acked lost by failover{lag}, "
+                     f"{o.split_brain_acks} acked by a node no longer master")
     if o.slave_ahead_bytes:
         parts.append(f"slave {o.slave_ahead_bytes:,} bytes ahead")
     parts.append(f"{100 * o.failed_share:.1f} % of puts failed")

@@ -43,8 +43,14 @@ class RunBase:
         self.plan: RunPlan = plan_run(cfg.scenario, cfg.seed)
         self.record = RunRecorder(os.path.join(cfg.out_dir, cfg.run_id), log)
         self._log = log
-        self.master = MASTER
-        self.slaves = [f"slave{i + 1}" for i in range(cfg.slaves)]
+        # The nodes as they started; `master` and `slaves` follow promotions
+        # (the route's master, and the others), so a step's target and the
+        # end of the run act on the cluster as it is then.
+        self.initial_slaves = tuple(f"slave{i + 1}" for i in range(cfg.slaves))
+        self.master: str | None = MASTER
+        self.slaves = list(self.initial_slaves)
+        self.old_master: str | None = None  # the master before the latest promotion
+        self.lost: set[str] = set()  # lost and not rejoined
 
     @property
     def run_dir(self) -> str:
@@ -56,25 +62,49 @@ class RunBase:
 
     @property
     def nodes(self) -> list[str]:
-        """The master, then the slaves."""
-        return [self.master, *self.slaves]
+        """The master (the route's, or while it has none the last one), then
+        the slaves: after a failover the node serving as master at the end
+        comes first in params.json, and the checker judges against it."""
+        first = self.master or self.old_master or MASTER
+        return [first, *(n for n in (MASTER, *self.initial_slaves) if n != first)]
+
+    @property
+    def acting_master(self) -> str:
+        """The master the route names, or while it names none (lost, not yet
+        promoted) the last one."""
+        return self.nodes[0]
 
     def _targets(self, target: str) -> list[str]:
-        """The nodes (or the consumer) a step's target names (chaos/harness/scenarios.py)."""
+        """The nodes (or the consumer) a step's target names (chaos/harness/scenarios.py),
+        resolved as the step runs."""
         if target == "consumer":
             return [CONSUMER_NODE]
         if target == "master":
-            return [self.master]
+            return [self.acting_master]
+        if target == "old_master":
+            assert self.old_master is not None, "old_master before any promotion"
+            return [self.old_master]
         if target == "slave":
-            return [self.slaves[0]]
+            return [next((s for s in self.slaves if s not in self.lost), self.slaves[0])]
         return self.nodes
 
-    def _armed(self, name: str) -> str:
-        """The failpoints the plan arms on node `name`: the master's, or the
-        first slave's (a plan's "slave")."""
+    def _promoted(self, name: str) -> None:
+        """The route names `name` from now (a promotion)."""
+        self.old_master = self.acting_master
+        self.master = name
+        self.slaves = [n for n in self.nodes if n != name]
+
+    def _lost_node(self, name: str) -> None:
+        self.lost.add(name)
         if name == self.master:
+            self.old_master, self.master = name, None
+
+    def _armed(self, name: str) -> str:
+        """The failpoints the plan arms on node `name`: the first master's,
+        or the first slave's (a plan's "slave")."""
+        if name == MASTER:
             return self.plan.failpoints.get("master", "")
-        return self.plan.failpoints.get("slave", "") if name == self.slaves[0] else ""
+        return self.plan.failpoints.get("slave", "") if name == self.initial_slaves[0] else ""
 
     def _damage_rng(self) -> random.Random:
         """The draw of a disk damage step: from the plan, and as many faults
@@ -95,8 +125,10 @@ class RunBase:
 
     def _write_params(self, *, backend: str, roles: Mapping[str, Role], started_ms: int,
                       ended_ms: int, extra: Mapping[str, Any] | None = None) -> None:
-        failpoints = {self.master if t == "master" else self.slaves[0]: s
+        failpoints = {MASTER if t == "master" else self.initial_slaves[0]: s
                       for t, s in self.plan.failpoints.items()}
+        # params.json's nodes start with the final master; the first one is
+        # named too (chaos/check/failover.py's route starts from it).
         self.record.params(self.cfg, self.plan, backend=backend, nodes=roles,
                            failpoints=failpoints, started_ms=started_ms, ended_ms=ended_ms,
-                           extra=extra)
+                           extra={"first_master": MASTER, **(extra or {})})

@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.harness import disk_faults
+from chaos.harness.connect import ROUTE_PREFIX
 from chaos.harness.consumer_proc import ConsumerProcess
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerProcess
 from chaos.harness.run_base import RunBase
 from chaos.harness.run_config import RunConfig
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
-from chaos.harness.workload import TOPIC, Sender, Workload
+from chaos.harness.workload import TOPIC, Sender, Workload, with_retries
 from chaos.schema import CONSUMER_NODE
 from cluster.backends.interface import (
     BackendError,
@@ -105,17 +106,15 @@ class Run(RunBase):
     def _apply(self, backend: ClusterBackend, step: Step) -> None:
         t = now_ms()
         rng = self._damage_rng()
-        if step.action in (Action.PARTITION, Action.HEAL):  # the master-slave links
+        if step.action is Action.PARTITION:  # the master-slave links
+            master = self.acting_master
             for s in self.slaves:
-                if step.action is Action.PARTITION:
-                    backend.partition(self.master, s)
-                    self.state.partitioned.add((self.master, s))
-                    self.record.fault("partition", self.master, t, peer=s)
-                else:
-                    backend.heal(self.master, s)
-                    self.state.partitioned.discard((self.master, s))
-                    self.record.close_fault("partition", self.master, now_ms())
-                    self.record.fault("heal", self.master, t, peer=s, end=t)
+                backend.partition(master, s)
+                self.state.partitioned.add((master, s))
+                self.record.fault("partition", master, t, peer=s)
+            return
+        if step.action is Action.HEAL:  # every link cut, whoever is master now
+            self._heal_all(backend, t, None)
             return
         for name in self._targets(step.target):
             if name == CONSUMER_NODE:
@@ -163,6 +162,8 @@ class Run(RunBase):
             self._await_crash(backend, name, t)
         elif action is Action.ROGUE_PEER:
             self._rogue_peer(backend, name, t)
+        elif action in (Action.LOSE, Action.PROMOTE, Action.REJOIN):
+            self._failover_step(backend, action, name, t)
         elif action in (Action.TORN_TAIL, Action.BIT_FLIP):
             fn = disk_faults.torn_tail if action is Action.TORN_TAIL else disk_faults.bit_flip
             detail = fn(backend.node(name).data_dir, rng)
@@ -170,10 +171,61 @@ class Run(RunBase):
         else:  # pragma: no cover - partition and heal act on links (_apply)
             raise ValueError(action)
 
+    def _heal_all(self, backend: ClusterBackend, t: int, detail: str | None) -> None:
+        for a, b in sorted(self.state.partitioned):
+            backend.heal(a, b)
+            self.record.close_fault("partition", a, now_ms())
+            self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
+        self.state.partitioned.clear()
+
+    def _failover_step(self, backend: ClusterBackend, action: Action, name: str,
+                       t: int) -> None:
+        """lose, promote, rejoin through the backend's failover operations
+        (cluster/backends/failover.py has the rules); one the cluster's
+        state refuses is recorded with why, and the run goes on."""
+        try:
+            if action is Action.LOSE:
+                backend.lose(name)
+                self.record.killed.add(name)
+                self.record.fault("lose", name, t, detail="the machine is gone (killed, its "
+                                                          "store moved aside)")
+                self._lost_node(name)
+            elif action is Action.PROMOTE:
+                old = self.acting_master
+                info = backend.promote(name)
+                self._promoted(name)
+                links = info.extra.get("links") or {}
+                self.record.fault("promote", name, t, peer=old, end=now_ms(),
+                                  detail="followers: " + (", ".join(
+                                      f"{n} {v}" for n, v in sorted(links.items())) or "none"))
+                self._record_recovery(backend, name)
+            else:
+                self._rejoin(backend, name, t, None)
+        except BackendError as exc:
+            self.record.fault(action.value, name, t, end=now_ms(), detail=f"refused: {exc}")
+
+    def _rejoin(self, backend: ClusterBackend, name: str, t: int, detail: str | None) -> None:
+        """Start `name` as a slave of the route's master, recording how far
+        ahead of that master its recovered log is (an old master's may be)."""
+        master = self.acting_master
+        ahead_of = self._wrote(backend, master)
+        if self._armed(name):
+            backend.set_failpoints(name, "")
+        backend.rejoin(name)
+        self.lost.discard(name)
+        self.record.fault("rejoin", name, t, peer=master, end=now_ms(), detail=detail)
+        st = self._record_recovery(backend, name)
+        if st is not None and ahead_of is not None:
+            self.record.slave_ahead(now_ms(), master, ahead_of, {name: _recovered(st)})
+
     def _start_recorded(self, backend: ClusterBackend, name: str, action: str, t: int,
                         detail: str | None = None) -> None:
         """Start (or restart) a node and record it: its fault, its recovery,
-        and for the master whether a slave is ahead of what it recovered."""
+        and for the master whether a slave is ahead of what it recovered.
+        After a failover a node other than the master comes back by a rejoin."""
+        if name != self.master and self.old_master is not None and self.master is not None:
+            self._rejoin(backend, name, t, detail)
+            return
         if name == self.master:
             self._before_master_start(backend)
         if not self._start(backend, name, action, t):
@@ -181,7 +233,7 @@ class Run(RunBase):
         self.record.fault(action, name, t, end=now_ms(), detail=detail)
         st = self._record_recovery(backend, name)
         if name == self.master and st is not None:
-            self.record.slave_ahead(now_ms(), self.master, _recovered(st),
+            self.record.slave_ahead(now_ms(), name, _recovered(st),
                                     self.state.slave_offsets_while_master_down)
             self.state.slave_offsets_while_master_down = {}
 
@@ -200,7 +252,7 @@ class Run(RunBase):
     def _stop_rogue_peers(self) -> None:
         for rogue in self.rogue_peers:
             if rogue.stop() is not None:
-                self.record.close_fault("rogue_peer", self.master, now_ms())
+                self.record.close_fault("rogue_peer", self.acting_master, now_ms())
 
     def _await_crash(self, backend: ClusterBackend, name: str, t: int) -> None:
         spec = self._armed(name)
@@ -231,7 +283,7 @@ class Run(RunBase):
         started = now_ms()
         backend = self._backend_factory(self.cfg.backend, self.cluster_dir)
         spec = ClusterSpec(directory=self.cluster_dir,
-                           master=self._spec(self.master, self.cfg.role),
+                           master=self._spec(self.acting_master, self.cfg.role),
                            slaves=tuple(self._spec(s, Role.SLAVE) for s in self.slaves))
         history: list[dict[str, Any]] = []
         try:
@@ -254,12 +306,17 @@ class Run(RunBase):
 
     async def _drive(self, backend: ClusterBackend) -> list[dict[str, Any]]:
         cfg = self.cfg
-        address = backend.node(self.master).address
+        master = self.acting_master
+        # A failover scenario's producers follow the cluster's route
+        # (cluster/client/routing.py), retrying.
+        target = (f"{ROUTE_PREFIX}{self.cluster_dir}" if _fails_over(cfg.scenario.steps)
+                  else backend.node(master).address)
         loop = asyncio.get_running_loop()
-        async with self._sender_factory(address, self.token) as sender:
+        async with self._sender_factory(target, self.token) as sender:
             sender_: Sender = sender
-            workload = Workload(cfg.workload, sender_, seed=self.plan.workload_seed,
-                                node=self.master, run_tag=f"s{cfg.seed}")
+            workload = Workload(with_retries(cfg.workload, cfg.scenario.retries), sender_,
+                                seed=self.plan.workload_seed, node=master,
+                                run_tag=f"s{cfg.seed}")
             load = asyncio.create_task(workload.run(cfg.scenario.load_s + 60.0))
             if cfg.scenario.consume:
                 self.consumer = ConsumerProcess(
@@ -300,13 +357,9 @@ class Run(RunBase):
             self.record.close_fault("pause", name, now_ms())
             self.record.fault("resume", name, t, end=t, detail="end of run")
         self.state.paused.clear()
-        for a, b in list(self.state.partitioned):
-            backend.heal(a, b)
-            self.record.close_fault("partition", a, now_ms())
-            self.record.fault("heal", a, t, peer=b, end=t, detail="end of run")
-        self.state.partitioned.clear()
+        self._heal_all(backend, t, "end of run")
         for name in self.nodes:
-            if backend.node(name).state == NodeState.STOPPED:
+            if backend.node(name).state == NodeState.STOPPED and name not in self.lost:
                 self._start_recorded(backend, name, "start", t, detail="end of run")
         self._settle(backend)
         if self.consumer is not None:
@@ -320,8 +373,8 @@ class Run(RunBase):
                                   detail=f"end of run: consumer incarnation "
                                          f"{self.consumer.incarnations}")
             self.consumer.drain()
-        for name in (*self.slaves, self.master):
-            if backend.node(name).state != NodeState.REFUSED:
+        for name in (*self.slaves, self.acting_master):
+            if backend.node(name).state not in (NodeState.REFUSED, NodeState.LOST):
                 backend.stop(name)
 
     def _start(self, backend: ClusterBackend, name: str, action: str, t: int) -> bool:
@@ -350,36 +403,45 @@ class Run(RunBase):
 
     def _settle(self, backend: ClusterBackend) -> None:
         deadline = time.monotonic() + self.cfg.settle_timeout_s
-        watch = SettleWatch(len(self.slaves), time.monotonic())
+        master = self.acting_master
+        live = [s for s in self.slaves if s not in self.lost]
+        watch = SettleWatch(len(live), time.monotonic())
         detail = TIMED_OUT
         while time.monotonic() < deadline:
             try:
-                st = self._status(backend.node(self.master).address, self.token)
+                st = self._status(backend.node(master).address, self.token)
             except Exception:
                 st = {}
             rejected = [link.get("slave") for link in st.get("slaves", [])
                         if link.get("state") == "rejected"]
             links = "; ".join(str(x.get("detail", "")) for x in st.get("slaves", []))
             verdict = watch.verdict(time.monotonic(), st.get("wrote"),
-                                    [self._wrote(backend, s) for s in self.slaves], rejected,
+                                    [self._wrote(backend, s) for s in live], rejected,
                                     stall_note=links)
             if verdict is not None:
                 detail = verdict
                 break
             time.sleep(0.1)
-        self.record.settle(now_ms(), self.master, self._wrote(backend, self.master), detail)
+        self.record.settle(now_ms(), master, self._wrote(backend, master), detail)
 
     def _write(self, backend: ClusterBackend, history: list[dict[str, Any]], started: int
                ) -> None:
         for name in self.nodes:
             info = backend.node(name)
-            self.record.node(name, info.role, info.data_dir, log_path=info.log_path)
+            # A node lost for good is read back from its moved-aside store.
+            lost_dirs = info.extra.get("lost") if name in self.lost else None
+            data_dir = lost_dirs[-1] if lost_dirs else info.data_dir
+            self.record.node(name, info.role, data_dir, log_path=info.log_path)
         self.record.run_files(history, self.consumer)
         self._write_params(backend=self.cfg.backend,
                            roles={n: backend.node(n).role for n in self.nodes},
                            started_ms=started, ended_ms=now_ms())
         if not self.cfg.keep_cluster_dir:
             self.record.drop_cluster_dir()
+
+
+def _fails_over(steps: tuple[Step, ...]) -> bool:
+    return any(s.action in (Action.LOSE, Action.PROMOTE, Action.REJOIN) for s in steps)
 
 
 def _recovered(status: dict[str, Any]) -> int:

@@ -8,7 +8,8 @@ cleanly, every store read back from disk.
 
 Actions:
   kill, stop, start, restart, pause, resume   on `target`
-  partition, heal                             the master-slave link
+  partition, heal                             the master-slave links (partition: the
+                                              master's; heal: every link cut)
   await_crash   wait (up to 10 s) for the target to die from an armed
                 failpoint; kill it if it has not, and say so in the fault
   torn_tail     on a stopped target: partial record bytes after its last record
@@ -17,7 +18,20 @@ Actions:
                 HA stream under its own name, reports the master's end, then
                 1 GiB beyond it every second (chaos/harness/rogue_peer.py); it runs
                 until the master ends its stream or the run ends
-Targets: master, slave (the first slave), both; and, in a scenario that
+  lose          the target's machine is gone: its process killed (power) and
+                its store moved aside as evidence (the checker reads it, no
+                node opens it); a lost master leaves the route without one
+  promote       the target (a running slave) becomes the master on its own
+                log, with the run's role and flush mode; the other nodes
+                the operator can reach follow it as slaves; the producers'
+                route names it from then on
+  rejoin        the target (not running) starts as a slave of the current
+                master: on its own disk after a crash (its first report goes
+                through the run's slave_ahead_policy), on an empty one after
+                `lose`
+Targets: master (the route's master when the step runs), slave (the first
+slave then), old_master (the master before the latest promotion), both; and,
+in a scenario that
 consumes while producing, consumer: kill (SIGKILL: offsets since its last
 commit are lost), stop (clean: it commits first), start (a new incarnation,
 resuming from the offsets its broker returns).
@@ -46,6 +60,9 @@ class Action(enum.StrEnum):
     TORN_TAIL = "torn_tail"
     BIT_FLIP = "bit_flip"
     ROGUE_PEER = "rogue_peer"
+    LOSE = "lose"
+    PROMOTE = "promote"
+    REJOIN = "rejoin"
 
 
 # What a step may do to the consumer (target "consumer").
@@ -98,9 +115,13 @@ class Scenario:
     # fault must find the consumer consuming, or committed, says so; one
     # that stalls delivery from the start must not wait for it).
     consumer_ready: str = "start"
+    # The producers' retries at least (a producer's retryTimesWhenSendFailed;
+    # the run's own --retries when more): a failover scenario's producers
+    # follow the route to the new master by retrying.
+    retries: int = 0
 
 
-TARGETS = {"master", "slave", "both", "consumer"}
+TARGETS = {"master", "slave", "old_master", "both", "consumer"}
 
 SCENARIOS: dict[str, Scenario] = {}
 
@@ -276,11 +297,60 @@ _add(Scenario(
      Step(Action.START, "master", (0.0, 0.2))),
 ))
 
+# Failing over instead of restarting in place (docs/design.md, "Failover:
+# routing, promotion, rejoin"). The operator's reaction time, from the
+# master's loss to the promotion, is drawn per seed: 1-5 s.
+OPERATOR_DELAY_S = (1.0, 5.0)
+FAILOVER_RETRIES = 2  # RocketMQ's retryTimesWhenSendFailed default
+_add(Scenario(
+    "master-lost",
+    "under load the master's machine is lost (it dies right after an append, its store is "
+    "moved aside); after the operator's delay the slave is promoted; the load goes on to "
+    "it; the old master never returns",
+    # The failpoint lands the loss inside a put, as a loss under a steady
+    # load does (a simulated run's producers send in step, so a loss at a
+    # drawn time mostly finds the master idle and everything shipped).
+    (Step(Action.AWAIT_CRASH, "master"), Step(Action.LOSE, "master"),
+     Step(Action.PROMOTE, "slave", OPERATOR_DELAY_S)),
+    failpoints=(FailpointPlan("master", "after_append_before_flush", hits=(100, 1000)),),
+    load_s=8.0, retries=FAILOVER_RETRIES, tags=("failover",),
+))
+_add(Scenario(
+    "master-crash-failover",
+    "SIGKILL the master (power), promote the slave after the operator's delay; later the "
+    "old master rejoins as a slave with its own disk (ahead of the new master when it held "
+    "unreplicated bytes: the slave-ahead policy decides)",
+    (Step(Action.KILL, "master", (1.5, 3.0)), Step(Action.PROMOTE, "slave", OPERATOR_DELAY_S),
+     Step(Action.REJOIN, "old_master", (1.0, 2.0))),
+    load_s=9.0, retries=FAILOVER_RETRIES, tags=("failover",),
+))
+_add(Scenario(
+    "failover-twice",
+    "SIGKILL the master, promote the slave; the old master rejoins with its disk and, "
+    "before it has caught up, the new master is killed and the old one promoted back; "
+    "the second old master rejoins",
+    (Step(Action.KILL, "master", (1.5, 3.0)), Step(Action.PROMOTE, "slave", OPERATOR_DELAY_S),
+     Step(Action.REJOIN, "old_master", (0.5, 1.0)), Step(Action.KILL, "master", (0.1, 0.3)),
+     Step(Action.PROMOTE, "slave", (0.5, 1.5)), Step(Action.REJOIN, "old_master", (0.5, 1.0))),
+    load_s=12.0, retries=FAILOVER_RETRIES, tags=("failover",),
+))
+_add(Scenario(
+    "isolated-master",
+    "cut the master off from its slave for longer than the slave timeout while it keeps "
+    "running; promote the slave (the route, and with it the producers, moves to it; the "
+    "isolated master, unreachable to the operator, still believes it is the master); heal: "
+    "two masters until the end of the run rejoins the old one as a slave",
+    (Step(Action.PARTITION, "master", (1.0, 2.0)), Step(Action.PROMOTE, "slave", (3.5, 4.5)),
+     Step(Action.HEAL, "old_master", (1.0, 2.0))),
+    load_s=10.0, retries=FAILOVER_RETRIES, tags=("failover",),
+))
+
+FAILOVER_MATRIX = ("master-lost", "master-crash-failover", "failover-twice", "isolated-master")
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-mid-flush",
                   "master-crash-after-ship",
                   "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
                   "torn-tail", "bit-flip", "consumer-crash", "master-crash-consuming",
-                  "slave-crash-consuming")
+                  "slave-crash-consuming", *FAILOVER_MATRIX)
 # The main job's scenarios (compare-backends, `chaos matrix --quick`, the
 # selftest). master-crash-mid-flush joined the first four on 2026-11-27: the
 # main job's one crash inside a flush, where the sim's kills never land

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
 from chaos.harness.plan import stream
@@ -33,6 +33,16 @@ class SendOutcome(NamedTuple):
     detail: str | None
     # A PUT_OK's evidence (store/status.py Evidence.as_json), else None.
     evidence: dict[str, Any] | None = None
+    # The node the call went to when the sender chose it (a sender that
+    # follows the cluster's route); None: the workload's node.
+    node: str | None = None
+
+
+# What a routed sender answers while the route names no master (its master
+# lost, no slave promoted yet): nothing was sent; a retrying producer tries
+# again (history statuses are PutStatus names, so it is this one).
+NO_ROUTE_STATUS = "SERVICE_NOT_AVAILABLE"
+NO_ROUTE_DETAIL = "no route: the master was lost and no slave is promoted yet"
 
 
 class Sender(Protocol):
@@ -61,6 +71,11 @@ class WorkloadConfig:
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
         return self
+
+
+def with_retries(config: WorkloadConfig, at_least: int) -> WorkloadConfig:
+    """`config` with at least `at_least` retries (a scenario's floor)."""
+    return config if config.retries >= at_least else replace(config, retries=at_least)
 
 
 class Workload:
@@ -134,7 +149,8 @@ class Workload:
             "op_id": op_id, "msg_id": msg_id, "producer": p, "attempt": attempt,
             "invoke_ms": invoke // 1_000_000, "complete_ms": complete // 1_000_000,
             "invoke_us": invoke // 1_000, "complete_us": complete // 1_000, "status": out.status,
-            "offset": out.offset, "size": out.size, "node": self.node, "detail": out.detail,
+            "offset": out.offset, "size": out.size, "node": out.node or self.node,
+            "detail": out.detail,
             "evidence": out.evidence,
         })
         if out.status in (INDETERMINATE, "SERVICE_NOT_AVAILABLE", "UNKNOWN_ERROR"):

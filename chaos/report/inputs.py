@@ -138,7 +138,7 @@ def inputs(spark: SparkSession, runs: Sequence[RunInfo]) -> tuple[DataFrame, Dat
 
     history = shuffled(_read_large(spark, hist_files, "history"), "op_id", "msg_id", "producer",
                        "invoke_ms", "complete_ms", "invoke_us", "complete_us", "offset",
-                       "status", "bad")
+                       "status", F.col("node").alias("acker_name"), "bad")
     records = shuffled(_read_large(spark, rec_files, "records"),
                        F.col("node_index").alias("node"), "offset", "size", "msg_id",
                        "body_crc", "record_hash", "bad")

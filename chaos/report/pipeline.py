@@ -98,6 +98,7 @@ from chaos.check import (
     consumption,
     divergence,
     evidence,
+    failover,
     kept_stores,
     matrix_plan,
     outage,
@@ -166,35 +167,45 @@ def _runs_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame:
     """Per run, what the Spark side needs to judge its messages (broadcast)."""
     rows = []
     for run in runs:
-        master, slaves = run.nodes[0], run.nodes[1:]
-        void_until = [master.disk_void_until_ms] + [s.copy_void_until_ms for s in slaves]
-        slave_mask, ignored = (1 << len(run.nodes)) - 2, slave_ahead.ignored_slaves(run)
+        # A node lost for good is no slave (chaos/check/promises.py, failover).
+        lost = failover.lost_mask([n.name for n in run.nodes], run.faults)
+        slave_mask = ((1 << len(run.nodes)) - 2) & ~lost
+        ignored = slave_ahead.ignored_slaves(run)
+        disk_until = [n.disk_void_until_ms for n in run.nodes]
+        copy_until = [n.copy_void_until_ms for n in run.nodes]
         rows.append((
             run.index, len(run.nodes), slave_mask, ignored, slave_mask & ~ignored,
             promises.MODES.index((run.params["role"], run.params["flush"])),
-            void_until, any(t > NEVER_MS for t in void_until), run.params["started_ms"],
+            disk_until, copy_until, any(t > NEVER_MS for t in disk_until + copy_until),
+            run.params["started_ms"], [n.name for n in run.nodes],
         ))
     return F.broadcast(spark.createDataFrame(rows, (
         "run int, n_nodes int, slave_mask long, ignored_mask long, served_mask long, "
-        "mode int, void_until array<long>, any_void boolean, started_ms long")))
+        "mode int, disk_void_until array<long>, copy_void_until array<long>, "
+        "any_void boolean, started_ms long, names array<string>")))
 
 
 def _void_categories(history: DataFrame, runs_df: DataFrame, max_nodes: int) -> DataFrame:
-    """History rows with `cat`: for a PUT_OK, 2 * (the master's disk promise
-    is void for it) + (some slave's copy is void for it); null otherwise."""
-    # Bit i: node i's promise is void for this operation (0: the master's
-    # disk, i > 0: slave i's copy). Runs without any void skip the test.
-    # Unrolled over max_nodes rather than a lambda over the run's nodes:
-    # Spark interprets higher-order functions row by row.
-    void_mask = F.when(F.col("any_void"), sum(
-        (F.when((F.lit(i) < F.col("n_nodes")) & (F.col("invoke_ms") <= F.col("void_until")[i]),
-                F.lit(1 << i)).otherwise(F.lit(0)).cast(_LONG) for i in range(max_nodes)),
-        F.lit(0).cast(_LONG))).otherwise(F.lit(0).cast(_LONG))
-    disk_void = void_mask.bitwiseAND(1) != 0
-    slave_void = void_mask.bitwiseAND(-2) != 0
-    return history.join(runs_df.select("run", "n_nodes", "void_until", "any_void"), "run") \
+    """History rows with `acker` (the index of the node the row names; 0
+    when it names none) and `cat`: for a PUT_OK, 2 * (the acker's disk
+    promise is void for it) + (the copy of some node other than the acker
+    is void for it); null otherwise."""
+    # Runs without any void skip the test. Unrolled over max_nodes rather
+    # than a lambda over the run's nodes: Spark interprets higher-order
+    # functions row by row.
+    acker = F.greatest(F.array_position(F.col("names"), F.col("acker_name")) - 1, F.lit(0))
+    invoke = F.col("invoke_ms")
+    disk_void = F.col("any_void") & (invoke <= F.element_at(F.col("disk_void_until"),
+                                                            (acker + 1).cast("int")))
+    slave_void = F.col("any_void") & F.greatest(F.lit(False), *[
+        (F.lit(i) < F.col("n_nodes")) & (acker != i)
+        & (invoke <= F.col("copy_void_until")[i]) for i in range(max_nodes)])
+    return history.join(runs_df.select("run", "n_nodes", "disk_void_until", "copy_void_until",
+                                       "any_void", "names"), "run") \
+        .withColumn("acker", acker) \
         .withColumn("cat", F.when(F.col("status") == PutStatus.PUT_OK,
-                                  disk_void.cast("int") * 2 + slave_void.cast("int")))
+                                  F.coalesce(disk_void, F.lit(False)).cast("int") * 2
+                                  + F.coalesce(slave_void, F.lit(False)).cast("int")))
 
 
 def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
@@ -208,13 +219,15 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         "run", "msg_id", F.lit(None).cast("int").alias("node"),
         F.lit(None).cast(_LONG).alias("offset"), F.when(good, F.col("status")).alias("status"),
         F.when(ok, F.col("cat")).alias("cat"), F.when(ok, F.col("op_id")).alias("ok_op"),
-        "producer", "invoke_ms", "complete_ms", F.when(ok, F.col("offset")).alias("ok_offset"))
+        "producer", "invoke_ms", "complete_ms", F.when(ok, F.col("offset")).alias("ok_offset"),
+        "acker")
     r = records.select(
         "run", "msg_id", F.when(good & F.col("msg_id").isNotNull(), F.col("node")).alias("node"),
         "offset", F.lit(None).cast("string").alias("status"),
         F.lit(None).cast("int").alias("cat"), F.lit(None).cast(_LONG).alias("ok_op"),
         F.lit(None).cast(_LONG).alias("producer"), F.lit(None).cast(_LONG).alias("invoke_ms"),
-        F.lit(None).cast(_LONG).alias("complete_ms"), F.lit(None).cast(_LONG).alias("ok_offset"))
+        F.lit(None).cast(_LONG).alias("complete_ms"), F.lit(None).cast(_LONG).alias("ok_offset"),
+        F.lit(None).cast("int").alias("acker"))
     cat = F.col("cat")
     msgs = h.unionByName(r).groupBy("run", "msg_id").agg(
         F.coalesce(F.bit_or(F.expr("shiftleft(1L, node)")), F.lit(0).cast(_LONG)).alias("held"),
@@ -224,7 +237,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         F.count_if(F.col("status") == INDETERMINATE).alias("n_indet"),
         F.min("ok_op").alias("first_ok_op"),
         *[F.min_by(c, "ok_op").alias(c) for c in ("producer", "invoke_ms", "complete_ms",
-                                                   "ok_offset")],
+                                                   "ok_offset", "acker")],
     ).join(runs_df.select("run", "n_nodes", "slave_mask", "ignored_mask", "served_mask",
                           "mode"), "run")
 
@@ -236,10 +249,16 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
     on_master = held.bitwiseAND(1) != 0
     on_slave = held.bitwiseAND(F.col("slave_mask")) != 0
     only_on_rejected = held.bitwiseAND(F.col("served_mask")) == 0
-    base = ((F.col("mode") * 2 + on_master.cast("int")) * 2 + on_slave.cast("int")) * 2 \
-        + only_on_rejected.cast("int")
-    assert promises.JUDGE_INPUTS == ("on_master", "on_slave", "only_on_rejected",
-                                     "master_disk_void", "some_slave_void")
+    # The first PUT_OK's acker (chaos/check/promises.py, after a failover).
+    by_failover = F.coalesce(F.col("acker"), F.lit(0)) != 0
+    on_acker = F.expr("shiftright(held, coalesce(acker, 0)) & 1") != 0
+    on_replica = F.expr("held & ~shiftleft(1L, coalesce(acker, 0))") != 0
+    base = F.col("mode")
+    for bit in (on_master, on_slave, only_on_rejected, by_failover, on_acker, on_replica):
+        base = base * 2 + bit.cast("int")
+    assert promises.JUDGE_INPUTS == ("on_master", "on_slave", "only_on_rejected", "by_failover",
+                                     "on_acker", "on_replica", "master_disk_void",
+                                     "some_slave_void")
 
     def judged(figure: str) -> Column:
         table = F.array(*[F.lit(v) for v in promises.JUDGE_TABLE[figure]])
@@ -272,7 +291,7 @@ def _message_figures(history: DataFrame, records: DataFrame, runs_df: DataFrame,
         F.sum(n_ok).alias("acked"),
         F.count_if(n_ok > 0).alias("acked_distinct"),
         *[F.sum(f).alias(f) for f in ("acked_stranded", "acked_lost_master",
-                                      "acked_lost_everywhere")],
+                                      "acked_lost_everywhere", "acked_lost_failover")],
         *[F.sum(if_((F.lit(i) < F.col("n_nodes")) & (F.shiftright(held, i).bitwiseAND(1) == 0),
                     n_ok)).alias(f"lost_node{i}") for i in range(max_nodes)],
         *[F.sum(f).alias(f) for f in ("disk_promises", "disk_void", "disk_violations",

@@ -35,7 +35,7 @@ COUNTS = (
     "disk_violations", "replica_promises", "replica_void", "replica_violations",
     "promise_violations", "allowed_loss", "indeterminate", "indeterminate_found",
     "duplicates", "duplicate_records", "order_inversions", "divergent_records",
-    "acked_distinct", "acked_stranded",
+    "acked_distinct", "acked_stranded", "acked_lost_failover",
 )
 
 # Slave ahead of the master, at its restart (slave_ahead observations) and at
@@ -237,6 +237,7 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "acked_stranded": int(group["acked_stranded"].sum()),
             "acked_lost_master": int(group["acked_lost_master"].sum()),
             "acked_lost_everywhere": int(group["acked_lost_everywhere"].sum()),
+            "acked_lost_failover": int(group["acked_lost_failover"].sum()),
             "promise_violations": int(group["promise_violations"].sum()),
             "violation_runs": int(((group["promise_violations"] > 0)
                                    | (group["evidence_breaches"] > 0)).sum()),

@@ -19,7 +19,16 @@ waits in its socket until the node resumes; its caller's deadline runs.
 
 A partition cuts the links between two nodes as the local backend's link
 proxy does: bytes are held, neither side hears of it but by its own
-timeouts, and at heal every stream that lived through the cut is reset."""
+timeouts, and at heal every stream that lived through the cut is reset.
+
+Failover (docs/design.md, "Failover: routing, promotion, rejoin"): `master`
+is the route the producers follow (SimSender without a fixed node sends to
+it). promote restarts a running slave's Node as master on its own disk
+and restarts every other running node it can reach as its slave (a slave's
+master address is its configuration: the local backend re-points a link
+proxy instead, the sim restarts it cleanly); lose kills a node and moves its
+disk aside as evidence, leaving an empty one; rejoin starts a stopped node
+as a slave of the current master on whatever disk it has."""
 
 from __future__ import annotations
 
@@ -38,7 +47,7 @@ from typing import Any
 
 from chaos.harness import sparse
 from chaos.harness.timings import MachineTimings
-from chaos.harness.workload import SendOutcome
+from chaos.harness.workload import NO_ROUTE_DETAIL, NO_ROUTE_STATUS, SendOutcome
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.transport.memory import MemoryNetwork
@@ -67,6 +76,11 @@ DATA_DIR = "/data"
 TOKEN = "sim-token"  # in-process: nothing to protect, and it must not vary
 
 OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_node", default=None)
+
+
+class FailoverRefused(ValueError):
+    """A promote or rejoin the cluster's state does not allow; the message
+    says why."""
 
 
 class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to handle
@@ -144,6 +158,9 @@ class SimNode:
     # With machine timings: when the running incarnation's put path is free
     # again (each put holds it for timings.put_us, one after another).
     busy_until: float = 0.0
+    # Set by lose: the disk the machine had (its durable state, read by the
+    # checker, opened by no node) until the node rejoins.
+    lost_disk: MemoryDisk | None = None
 
     @property
     def address(self) -> str:
@@ -187,7 +204,9 @@ class SimCluster:
         if pausable:
             self._install_pause_gate()
         addr = "10.0.0.1:7001"
-        self.master = master.name
+        # The route: the node producers send to (None: its master was lost
+        # and no slave is promoted yet).
+        self.master: str | None = master.name
         self.nodes: dict[str, SimNode] = {
             master.name: self._sim_node(master, addr, None, tuple(s.name for s in slaves))}
         for i, s in enumerate(slaves):
@@ -303,12 +322,14 @@ class SimCluster:
         if n.stalls is not None:
             n.stalls.abandon()
         n.disk = n.disk.crash()
+        serving_ha = n.node is not None and n.node.ha_master is not None
         n.node, n.state = None, NodeState.STOPPED
         calls, n.calls = n.calls, {}
         for call in calls:  # fails each as its connection reset
             _answer(call, SendOutcome(INDETERMINATE, None, None,
-                                      f"UNAVAILABLE: {name} went down during the call"))
-        if name == self.master:
+                                      f"UNAVAILABLE: {name} went down during the call",
+                                      node=name))
+        if serving_ha:
             self.network.unserve(n.address)
         else:
             self.network.reset(n.address)
@@ -356,6 +377,10 @@ class SimCluster:
     def partitioned(self, a: str, b: str) -> bool:
         return (a, b) in self._partitions
 
+    def partitions(self) -> set[tuple[str, str]]:
+        """The links cut now, as (a, b) of each partition call."""
+        return set(self._partitions)
+
     def heal(self, a: str, b: str) -> None:
         """Reconnect a and b; the streams that lived through the cut are
         reset first (their held bytes are lost, as the link proxy's are)."""
@@ -379,21 +404,91 @@ class SimCluster:
         return json.dumps(n.node.store.state()["recovery"], sort_keys=True)
 
     def slaves_connected(self) -> bool:
+        if self.master is None:
+            return False
         n = self.nodes[self.master].node
         if n is None or n.ha_master is None:
             return False
-        return sum(s.state == "connected" for s in n.ha_master.status()) >= len(self.nodes) - 1
+        followers = sum(o.state is NodeState.RUNNING for name, o in self.nodes.items()
+                        if name != self.master)
+        return sum(s.state == "connected" for s in n.ha_master.status()) >= followers
 
     def rejected_slaves(self) -> list[str]:
+        if self.master is None:
+            return []
         n = self.nodes[self.master].node
         if n is None or n.ha_master is None:
             return []
         return sorted(s.slave for s in n.ha_master.status() if s.state == "rejected")
 
+    # ------------------------------------------------------------ failover
+    def reconfigure(self, name: str, spec: NodeSpec, master: str | None) -> None:
+        """Node `name` runs as `spec` from its next start: a slave of node
+        `master`, or (None) a master of every other node."""
+        n = self.nodes[name]
+        master_address = None if master is None else self.nodes[master].address
+        slaves = () if master is not None else tuple(o for o in self.nodes if o != name)
+        n.spec = spec
+        n.config = _node_config(spec, n.address, master_address, self.token, slaves)
+
+    async def promote(self, name: str, spec: NodeSpec,
+                      follower_spec: Callable[[str], NodeSpec]) -> list[str]:
+        """Make running slave `name` the master (`spec`) on its own disk: the
+        route names it at once (producers retry towards it while it
+        restarts); it stops cleanly and starts as master. Every other
+        running node not partitioned from it restarts as its slave
+        (`follower_spec`); the others (down, or cut off: an isolated old
+        master the operator cannot reach) follow it from their next start.
+        Returns the nodes restarted as slaves; raises FailoverRefused when
+        `name` is not a running slave (nothing changed then)."""
+        n = self.nodes[name]
+        if n.state is not NodeState.RUNNING or n.config.master is None:
+            raise FailoverRefused(f"cannot promote {name}: it is not a running slave "
+                                  f"({n.state.value}, {n.config.role.value})")
+        self.master = name
+        for other in self.nodes:
+            self.reconfigure(other, spec if other == name else follower_spec(other),
+                             None if other == name else name)
+        await self.stop(name)
+        if not await self.start(name):
+            return []
+        followers = [o for o, on in self.nodes.items() if o != name
+                     and on.state is NodeState.RUNNING and not self.partitioned(o, name)
+                     and not self.partitioned(name, o)]
+        for other in followers:
+            await self.stop(other)
+            await self.start(other)
+        return followers
+
+    def lose(self, name: str) -> None:
+        """The node's machine is gone: killed (a power cut) and its disk
+        moved aside (lost_disk) for an empty one; losing the route's master
+        leaves the route without one."""
+        n = self.nodes[name]
+        self.kill(name)
+        n.lost_disk = n.disk
+        n.disk = MemoryDisk(self.rng, self.disk_faults, self.clock)
+        if self.master == name:
+            self.master = None
+
+    async def rejoin(self, name: str, spec: NodeSpec) -> bool:
+        """Start stopped node `name` as a slave (`spec`) of the route's
+        master, on its own disk (empty after lose); False when its store
+        refused to open. Raises FailoverRefused with no master to follow."""
+        n = self.nodes[name]
+        if self.master is None or self.master == name or n.state is NodeState.RUNNING:
+            raise FailoverRefused(f"cannot rejoin {name}: it is running, or the cluster has "
+                                  f"no other master to follow (route: {self.master})")
+        self.reconfigure(name, spec, self.master)
+        return await self.start(name)
+
     def export(self, name: str, dest: str) -> None:
         """Write the node's durable disk state as real files under `dest`
-        (no lock file; an `abort` marker without the pid it holds)."""
-        disk = self.nodes[name].disk
+        (no lock file; an `abort` marker without the pid it holds); a lost
+        node that never rejoined: the disk moved aside."""
+        n = self.nodes[name]
+        disk = n.lost_disk if n.lost_disk is not None and n.state is not NodeState.RUNNING \
+            and not n.disk.isdir(DATA_DIR) else n.disk
 
         def walk(src: str, out: str) -> None:
             os.makedirs(out, exist_ok=True)
@@ -436,9 +531,13 @@ class SimSender:
     """A producer's client calls: a network delay each way, the node's put
     path (Node.submit) in between. A call to a node that is down, or whose
     node dies before answering, is INDETERMINATE, as a gRPC client sees it.
+    Without a fixed node `name` each call goes to the route's master when it
+    is made (cluster/client/routing.py's RoutedClient reads the route before
+    every attempt too); a route without a master is SERVICE_NOT_AVAILABLE,
+    nothing sent. The outcome names the node that answered.
     (Timers and one future per call, no task: this is the hot path.)"""
 
-    def __init__(self, cluster: SimCluster, name: str) -> None:
+    def __init__(self, cluster: SimCluster, name: str | None = None) -> None:
         self.cluster = cluster
         self.name = name
 
@@ -446,36 +545,41 @@ class SimSender:
                    ) -> SendOutcome:
         c = self.cluster
         loop = c.loop
+        name = self.name or c.master
+        if name is None:
+            return SendOutcome(NO_ROUTE_STATUS, None, None, NO_ROUTE_DETAIL)
         answer: asyncio.Future[SendOutcome] = loop.create_future()
         timer = loop.call_later(timeout_s, _answer, answer, SendOutcome(
-            INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded"))
+            INDETERMINATE, None, None, "DEADLINE_EXCEEDED: Deadline Exceeded", node=name))
         msg = Message(topic, body, {UNIQ_KEY: msg_id}, born_timestamp_ms=c.clock.wall_ms())
-        loop.call_later(c.net_delay(), self._arrive, answer, msg)
+        loop.call_later(c.net_delay(), self._arrive, answer, msg, name)
         try:
             return await answer
         finally:
             timer.cancel()
 
-    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message,
+    def _arrive(self, answer: asyncio.Future[SendOutcome], msg: Message, name: str,
                 queued: int | None = None) -> None:
-        """The call reached the node (`queued`: the incarnation whose put
+        """The call reached node `name` (`queued`: the incarnation whose put
         path it waited for, with machine timings)."""
         c = self.cluster
-        n = c.nodes[self.name]
+        n = c.nodes[name]
         node = n.node
         if answer.done():
             return
         if queued is not None and (node is None or n.incarnation != queued):
             _answer(answer, SendOutcome(INDETERMINATE, None, None,
-                                        f"UNAVAILABLE: {self.name} went down during the call"))
+                                        f"UNAVAILABLE: {name} went down during the call",
+                                        node=name))
             return
         if node is None:
             _answer(answer, SendOutcome(INDETERMINATE, None, None,
-                                        f"UNAVAILABLE: {self.name} is down (connection refused)"))
+                                        f"UNAVAILABLE: {name} is down (connection refused)",
+                                        node=name))
             return
-        held = c._held.get(self.name)
+        held = c._held.get(name)
         if held is not None:  # waits in the socket until the node resumes
-            held.append((NET_CONTEXT, self._arrive, (answer, msg, queued)))
+            held.append((NET_CONTEXT, self._arrive, (answer, msg, name, queued)))
             return
         timings = c.timings
         if timings is not None and timings.put_us and queued is None:
@@ -483,7 +587,7 @@ class SimSender:
             # another, each for put_us, before their append.
             now = c.loop.time()
             n.busy_until = max(now, n.busy_until) + timings.put_s
-            c.loop.call_at(n.busy_until, self._arrive, answer, msg, n.incarnation,
+            c.loop.call_at(n.busy_until, self._arrive, answer, msg, name, n.incarnation,
                            context=NET_CONTEXT)
             return
         calls = n.calls
@@ -497,8 +601,8 @@ class SimSender:
             stored = r.status.stored
             c.loop.call_later(c.net_delay(), _answer, answer, SendOutcome(
                 r.status.value, r.offset if stored else None, r.size if stored else None,
-                r.detail or None, None if r.evidence is None else r.evidence.as_json()),
-                context=NET_CONTEXT)
+                r.detail or None, None if r.evidence is None else r.evidence.as_json(),
+                node=name), context=NET_CONTEXT)
 
         n.context.run(node.submit, [msg], done)
 

@@ -61,9 +61,17 @@ from chaos.harness.run_base import RunBase
 from chaos.harness.run_config import RunConfig, SimDiskFaults
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
-from chaos.harness.workload import TOPIC, Workload
+from chaos.harness.workload import TOPIC, Workload, with_retries
 from chaos.schema import CONSUMER_NODE
-from chaos.sim.cluster import NET_DELAY_S, OWNER, TOKEN, SimCluster, SimSender, SimulatedCrash
+from chaos.sim.cluster import (
+    NET_DELAY_S,
+    OWNER,
+    TOKEN,
+    FailoverRefused,
+    SimCluster,
+    SimSender,
+    SimulatedCrash,
+)
 from chaos.sim.consumer import SimConsumer
 from cluster.backends.interface import NodeState
 from cluster.node.role import Role
@@ -199,7 +207,7 @@ class SimRun(RunBase):
     async def _up(self, loop: VirtualTimeLoop) -> SimCluster:
         """The cluster, every node started and recovered, the slaves connected."""
         cfg = self.cfg
-        cluster = SimCluster(loop, self.rng, self._spec(self.master, cfg.role),
+        cluster = SimCluster(loop, self.rng, self._spec(self.acting_master, cfg.role),
                              tuple(self._spec(s, Role.SLAVE) for s in self.slaves),
                              self.disk_faults,
                              on_crash=lambda name: self.crashed_at.setdefault(
@@ -219,8 +227,10 @@ class SimRun(RunBase):
         cfg = self.cfg
         started = loop.wall_ms()
         cluster = await self._up(loop)
-        workload = Workload(self.workload, SimSender(cluster, self.master),
-                            seed=self.plan.workload_seed, node=self.master,
+        # The producers follow the route (a failover moves it), retrying.
+        workload = Workload(with_retries(self.workload, cfg.scenario.retries),
+                            SimSender(cluster), seed=self.plan.workload_seed,
+                            node=self.acting_master,
                             run_tag=f"s{cfg.seed}", clock_ns=loop.wall_ns, monotonic=loop.time)
         duration = load_s(cfg.scenario, "sim", cfg.sim_duration_s)
         load = asyncio.create_task(workload.run(duration + 60.0))
@@ -261,15 +271,14 @@ class SimRun(RunBase):
         t = cluster.clock.wall_ms()
         # The local runner's draw for a disk damage step (chaos/harness/run_base.py).
         rng = self._damage_rng()
-        if step.action in (Action.PARTITION, Action.HEAL):  # the master-slave links
+        if step.action is Action.PARTITION:  # the master-slave links
+            master = self.acting_master
             for s in self.slaves:
-                if step.action is Action.PARTITION:
-                    cluster.partition(self.master, s)
-                    self.record.fault("partition", self.master, t, peer=s)
-                else:
-                    cluster.heal(self.master, s)
-                    self.record.close_fault("partition", self.master, t)
-                    self.record.fault("heal", self.master, t, peer=s, end=t)
+                cluster.partition(master, s)
+                self.record.fault("partition", master, t, peer=s)
+            return
+        if step.action is Action.HEAL:  # every link cut, whoever is master now
+            self._heal_all(cluster, t, None)
             return
         for name in self._targets(step.target):
             if name == CONSUMER_NODE:
@@ -304,8 +313,64 @@ class SimRun(RunBase):
             self.record.damage(action, name, t, cluster.clock.wall_ms(), detail)
         elif action is Action.ROGUE_PEER:
             self._rogue_peer(cluster, name, t)
+        elif action in (Action.LOSE, Action.PROMOTE, Action.REJOIN):
+            await self._failover_step(cluster, action, name, t)
         else:  # an action added to chaos/harness/scenarios.py without its twin here
             raise SimUnsupportedError(f"step {action} is not simulated")
+
+    def _heal_all(self, cluster: SimCluster, t: int, detail: str | None) -> None:
+        for a, b in sorted(cluster.partitions()):
+            cluster.heal(a, b)
+            self.record.close_fault("partition", a, t)
+            self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
+
+    async def _failover_step(self, cluster: SimCluster, action: Action, name: str,
+                             t: int) -> None:
+        """lose, promote, rejoin (chaos/harness/scenarios.py), recorded as
+        faults of those kinds; one the cluster's state refuses is recorded
+        with why, and the run goes on."""
+        try:
+            if action is Action.LOSE:
+                cluster.lose(name)
+                self.record.killed.add(name)
+                self.record.fault("lose", name, t, detail="the machine is gone (killed, "
+                                                          "its store moved aside)")
+                self._lost_node(name)
+            elif action is Action.PROMOTE:
+                await self._promote(cluster, name, t)
+            else:
+                await self._rejoin(cluster, name, t, None)
+        except FailoverRefused as exc:
+            self.record.fault(action.value, name, t, end=t, detail=f"refused: {exc}")
+
+    async def _promote(self, cluster: SimCluster, name: str, t: int) -> None:
+        old = self.acting_master
+        followers = await cluster.promote(
+            name, self._spec(name, Role(self.cfg.role)),
+            lambda other: self._spec(other, Role.SLAVE))
+        self._promoted(name)
+        self.record.fault("promote", name, t, peer=old, end=cluster.clock.wall_ms(),
+                          detail="restarted as slaves: " + (", ".join(followers) or "none"))
+        self.record.recovery(name, cluster.recovery(name))
+
+    async def _rejoin(self, cluster: SimCluster, name: str, t: int,
+                      detail: str | None) -> None:
+        master = cluster.master
+        ahead_of = cluster.wrote(master) if master is not None else None
+        if not await cluster.rejoin(name, self._spec(name, Role.SLAVE)):
+            self.record.refused(name, t, cluster.nodes[name].refused)
+            return
+        self.lost.discard(name)
+        now = cluster.clock.wall_ms()
+        self.record.fault("rejoin", name, t, peer=master, end=now, detail=detail)
+        self.record.recovery(name, cluster.recovery(name))
+        n = cluster.nodes[name].node
+        if master is not None and ahead_of is not None and n is not None \
+                and n.store is not None:
+            # The rejoining node against the master it follows: an old
+            # master holding unreplicated bytes is ahead of it.
+            self.record.slave_ahead(now, master, ahead_of,
+                                    {name: n.store.recovery.max_valid_offset})
 
     def _rogue_peer(self, cluster: SimCluster, name: str, t: int) -> None:
         """chaos/harness/runner.py's rogue HA peer: chaos/harness/rogue_peer.py's client as a
@@ -323,6 +388,12 @@ class SimRun(RunBase):
 
     async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
                      detail: str | None) -> None:
+        if name != self.master and self.old_master is not None and cluster.master is not None:
+            # After a failover a node comes back as a slave of the route's
+            # master: a rejoin (an old master's first report goes through the
+            # slave-ahead policy).
+            await self._rejoin(cluster, name, t, detail)
+            return
         timings = self.cfg.sim_timings
         if timings is not None and timings.start_us:
             await asyncio.sleep(timings.start_s)  # the process starting: the node is down
@@ -337,7 +408,7 @@ class SimRun(RunBase):
         self.record.recovery(name, cluster.recovery(name))
         n = cluster.nodes[name].node
         if name == self.master and n is not None and n.store is not None:
-            self.record.slave_ahead(now, self.master, n.store.recovery.max_valid_offset,
+            self.record.slave_ahead(now, name, n.store.recovery.max_valid_offset,
                                     self._slave_offsets)
             self._slave_offsets = {}
 
@@ -362,19 +433,16 @@ class SimRun(RunBase):
         t = cluster.clock.wall_ms()
         for rogue in self.rogues:
             if rogue.stop():
-                self.record.close_fault("rogue_peer", self.master, t)
+                self.record.close_fault("rogue_peer", self.acting_master, t)
         for name in self.nodes:
             if cluster.paused(name):
                 cluster.resume(name)
                 self.record.close_fault("pause", name, t)
                 self.record.fault("resume", name, t, end=t, detail="end of run")
-        for s in self.slaves:
-            if cluster.partitioned(self.master, s):
-                cluster.heal(self.master, s)
-                self.record.close_fault("partition", self.master, t)
-                self.record.fault("heal", self.master, t, peer=s, end=t, detail="end of run")
+        self._heal_all(cluster, t, "end of run")
+        await self._one_master(cluster)
         for name in self.nodes:
-            if cluster.nodes[name].state is NodeState.STOPPED:
+            if cluster.nodes[name].state is NodeState.STOPPED and name not in self.lost:
                 t = cluster.clock.wall_ms()
                 await self._start(cluster, name, "start", t, "end of run")
         await self._settle(cluster)
@@ -388,24 +456,40 @@ class SimRun(RunBase):
                                   detail="end of run: consumer incarnation "
                                          f"{self.consumer.incarnations}")
             await self.consumer.drain()
-        for name in (*self.slaves, self.master):
+        for name in (*self.slaves, self.acting_master):
             await cluster.stop(name)
+
+    async def _one_master(self, cluster: SimCluster) -> None:
+        """A node still serving as a master that the route no longer names
+        (an isolated master, promoted over while cut off) is stopped and
+        rejoins as a slave of the route's master with its own disk: two
+        masters until here, one from here (the checker judges what each
+        acknowledged)."""
+        for name in self.nodes:
+            n = cluster.nodes[name].node
+            if name != cluster.master and n is not None and n.ha_master is not None:
+                t = cluster.clock.wall_ms()
+                await cluster.stop(name)
+                self.record.fault("stop", name, t, detail="end of run: a second master")
+                await self._rejoin(cluster, name, t, "end of run: a second master rejoins as "
+                                                     "a slave")
 
     async def _settle(self, cluster: SimCluster) -> None:
         loop = cluster.loop
         deadline = loop.time() + self.cfg.settle_timeout_s
-        watch = SettleWatch(len(self.slaves), loop.time(), quiet_s=SETTLE_QUIET_S)
+        master = self.acting_master
+        live = [s for s in self.slaves if s not in self.lost]
+        watch = SettleWatch(len(live), loop.time(), quiet_s=SETTLE_QUIET_S)
         detail = TIMED_OUT
         while loop.time() < deadline:
-            verdict = watch.verdict(loop.time(), cluster.wrote(self.master),
-                                    [cluster.wrote(s) for s in self.slaves],
+            verdict = watch.verdict(loop.time(), cluster.wrote(master),
+                                    [cluster.wrote(s) for s in live],
                                     cluster.rejected_slaves())
             if verdict is not None:
                 detail = verdict
                 break
             await asyncio.sleep(0.1)
-        self.record.settle(cluster.clock.wall_ms(), self.master, cluster.wrote(self.master),
-                           detail)
+        self.record.settle(cluster.clock.wall_ms(), master, cluster.wrote(master), detail)
 
     def _write(self, cluster: SimCluster, history: list[dict[str, Any]], started: int,
                ended: int, simulated_s: float, logs: _LogCapture) -> None:

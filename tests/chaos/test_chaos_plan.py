@@ -61,8 +61,9 @@ def test_shipped_scenarios_cover_the_issue() -> None:
               "slave-crash", "slave-pause", "partition", "clean-restart", "double-crash",
               "torn-tail", "bit-flip"}
     consuming = {"consumer-crash", "master-crash-consuming", "slave-crash-consuming"}
-    assert wanted | consuming <= set(SCENARIOS)
-    assert set(DEFAULT_MATRIX) == wanted | consuming
+    failover = {"master-lost", "master-crash-failover", "failover-twice", "isolated-master"}
+    assert wanted | consuming | failover <= set(SCENARIOS)
+    assert set(DEFAULT_MATRIX) == wanted | consuming | failover
     assert all(SCENARIOS[n].consume for n in consuming)
     assert set(QUICK_MATRIX) == {"master-crash", "master-crash-unflushed", "clean-restart",
                                  "master-crash-consuming", "master-crash-mid-flush"}

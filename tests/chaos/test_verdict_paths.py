@@ -30,10 +30,18 @@ HOLDERS = [frozenset(n for n, keep in zip(NODES, bits, strict=True) if keep)
 VOIDS = list(itertools.product((False, True), repeat=2))  # master disk, some slave's copy
 
 
-def _inputs(holders: frozenset[str], disk_void: bool, slave_void: bool) -> dict[str, bool]:
+# A failover run's messages are all acknowledged by s2, a master before m
+# was promoted (chaos/check/promises.py: judged by their acker).
+ACKER = "s2"
+
+
+def _inputs(holders: frozenset[str], disk_void: bool, slave_void: bool,
+            failover: bool = False) -> dict[str, bool]:
     on_slave = bool(holders & {"s1", "s2"})
+    acker = ACKER if failover else "m"
     return {"on_master": "m" in holders, "on_slave": on_slave,
-            "only_on_rejected": "s2" not in holders,
+            "only_on_rejected": "s2" not in holders, "by_failover": failover,
+            "on_acker": acker in holders, "on_replica": bool(holders - {acker}),
             "master_disk_void": disk_void, "some_slave_void": slave_void}
 
 
@@ -49,26 +57,34 @@ def test_judge_table_is_judge_on_every_input() -> None:
             f: int(v) for f, v in figures.items()}, (role, flush, inputs)
     assert seen == set(range(promises.JUDGE_KEYS))
     # The Spark query folds the two void inputs into the key's lowest bits.
+    # Before them, the failover inputs (all false without a failover).
     assert promises.judge_key(*promises.MODES[3], on_master=True, on_slave=False,
-                              only_on_rejected=True, master_disk_void=True,
-                              some_slave_void=False) == (((3 * 2 + 1) * 2 + 0) * 2 + 1) * 4 + 2
+                              only_on_rejected=True, by_failover=False, on_acker=True,
+                              on_replica=False, master_disk_void=True,
+                              some_slave_void=False) == (
+        ((((3 * 2 + 1) * 2 + 0) * 2 + 1) * 2 + 0) * 2 * 2 + 2) * 4 + 2
 
 
-def _expected(role: str, flush: str, disk_void: bool, slave_void: bool) -> dict[str, int]:
+def _expected(role: str, flush: str, disk_void: bool, slave_void: bool,
+              failover: bool = False) -> dict[str, int]:
     out = dict.fromkeys(("acked", *promises.ACK_FIGURES), 0)
     for j, holders in enumerate(HOLDERS):
-        v = promises.judge(role, flush, **_inputs(holders, disk_void, slave_void))
+        v = promises.judge(role, flush, **_inputs(holders, disk_void, slave_void, failover))
         out["acked"] += 2 ** j
         for f, counts in promises.ack_figures(v).items():
             out[f] += counts * 2 ** j
     return out
 
 
-def _make_runs(root: str) -> dict[str, tuple[str, str, bool, bool]]:
-    """A run per mode x void category, holding every holder set."""
+def _make_runs(root: str) -> dict[str, tuple[str, str, bool, bool, bool]]:
+    """A run per mode x void category, holding every holder set; and per
+    mode a failover run without voids whose acks all came from ACKER."""
     runs = {}
-    for (role, flush), (disk_void, slave_void) in itertools.product(promises.MODES, VOIDS):
-        run_id = f"{role}-{flush}-{int(disk_void)}{int(slave_void)}".lower()
+    cases = [(mode, voids, False) for mode, voids in itertools.product(promises.MODES, VOIDS)]
+    cases += [(mode, (False, False), True) for mode in promises.MODES]
+    for (role, flush), (disk_void, slave_void), failover in cases:
+        run_id = f"{role}-{flush}-{int(disk_void)}{int(slave_void)}".lower() + (
+            "-failover" if failover else "")
         history: list[dict[str, Any]] = []
         records: dict[str, list[dict[str, Any]]] = {n: [] for n in NODES}
         for j, holders in enumerate(HOLDERS):
@@ -76,13 +92,15 @@ def _make_runs(root: str) -> dict[str, tuple[str, str, bool, bool]]:
             history += [op(len(history) + 1, msg, offset, at=10 * j) for _ in range(2 ** j)]
             for n in holders:
                 records[n].append(rec(offset, msg))
+        if failover:
+            history = [{**h, "node": ACKER} for h in history]
         # The master ends last, so only the observation makes s1 ignored.
         records["m"].append(rec(100_000, "filler"))
         # Damage and a crash no fault row dates void every message (chaos.check.run_dirs).
         make_run(root, run_id, role=role, flush=flush, history=history, records=records,
                  observations=[slave_ahead(5_000, 0, 900, slave="s1")],
                  final={"m": {"disk_damaged": disk_void}, "s2": {"killed": slave_void}})
-        runs[run_id] = (role, flush, disk_void, slave_void)
+        runs[run_id] = (role, flush, disk_void, slave_void, failover)
     return runs
 
 
@@ -125,9 +143,9 @@ def test_every_checker_judges_every_combination_alike(spark: Any,  # noqa: F811
     lost = {(r.run_id, r.msg_id, bool(r.stranded), bool(r.violation))
             for r in pd.read_csv(os.path.join(str(tmp_path / "out"), "lost.csv")).itertuples()}
     want = set()
-    for run_id, (role, flush, disk_void, slave_void) in runs.items():
+    for run_id, (role, flush, disk_void, slave_void, failover) in runs.items():
         for j, holders in enumerate(HOLDERS):
-            v = promises.judge(role, flush, **_inputs(holders, disk_void, slave_void))
+            v = promises.judge(role, flush, **_inputs(holders, disk_void, slave_void, failover))
             if not v.on_master:
                 want.add((run_id, f"x{j}", v.stranded, v.violation))
     assert lost == want
