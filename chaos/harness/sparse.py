@@ -23,9 +23,22 @@ STEP_BYTES = 1024 * 1024
 SLACK_BYTES = 64 * 1024
 
 
-def data_end(data: bytes) -> int:
-    """The length of `data` without its trailing zeros."""
-    return len(data.rstrip(b"\0"))
+_ZEROS = bytes(64 * 1024)
+
+
+def data_end(data: bytes | bytearray) -> int:
+    """The length of `data` without its trailing zeros. Scanned from the end
+    a block at a time, each compared with zeros (a memcmp): `rstrip` tests
+    byte by byte and copies what it keeps, about 30 times slower over an
+    8 MiB segment (docs/performance-notes.md, "The simulated cluster")."""
+    end = len(data)
+    while end:
+        start = max(0, end - len(_ZEROS))
+        block = data[start:end]
+        if block != _ZEROS[:end - start]:
+            return start + len(block.rstrip(b"\0"))
+        end = start
+    return 0
 
 
 def write_sparse(path: str, data: bytes) -> None:
