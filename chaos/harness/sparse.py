@@ -41,14 +41,17 @@ def data_end(data: bytes | bytearray) -> int:
     return 0
 
 
-def write_sparse(path: str, data: bytes) -> None:
+def write_sparse(path: str, data: bytes, size: int | None = None) -> None:
     """`data` into a new file at `path`: the bytes up to the end of data
-    written, the trailing zeros left as a hole of the same length."""
+    written, the trailing zeros left as a hole of the same length; `size`
+    (at least len(data)) makes the file that long, zeros past `data`."""
     end = data_end(data)
+    size = len(data) if size is None else size
+    assert size >= len(data), (size, len(data))
     with open(path, "wb") as f:
         f.write(memoryview(data)[:end])
-        if end < len(data):
-            f.truncate(len(data))
+        if end < size:
+            f.truncate(size)
 
 
 def file_data_end(path: str) -> int:

@@ -77,26 +77,37 @@ NO_FAULTS = DiskFaults()
 class _Inode:
     """One file's bytes: `data` as reads see them (the page cache),
     `durable` as a power cut leaves them, `pending` the writes and size
-    changes between them, in order."""
+    changes between them, in order. Sparse: `size` and `durable_size` are
+    the file's lengths, and the bytes past the end of `data` (`durable`) up
+    to them are zeros not held (a preallocated 8 MiB segment is mostly such
+    zeros: filling them in cost a simulated run a few percent of its time,
+    docs/performance-notes.md, "The simulated cluster")."""
 
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray = field(default_factory=bytearray)
+    size: int = 0
+    durable_size: int = 0
     # (pos, bytes) for a write, (size, None) for a size change
     pending: list[tuple[int, bytes | None]] = field(default_factory=list)
     bad: list[tuple[int, int]] = field(default_factory=list)  # latent errors: [start, end)
     media_end: int = 0  # bytes [0, media_end) came from the medium (a crash's survivors)
 
 
-def _apply(buf: bytearray, pos: int, data: bytes | None) -> None:
+def _apply(buf: bytearray, size: int, pos: int, data: bytes | None) -> int:
+    """A write or size change applied to a sparse file of `size` bytes
+    held as `buf` (zeros past its end); returns the new size."""
     if data is None:  # a size change
         if pos < len(buf):
             del buf[pos:]
-        else:
-            buf.extend(bytes(pos - len(buf)))
-        return
-    if pos > len(buf):
+        return pos
+    if pos > len(buf):  # the zeros before the write are held from now on
         buf.extend(bytes(pos - len(buf)))
     buf[pos:pos + len(data)] = data
+    return max(size, pos + len(data))
+
+
+def _zero_padded(held: bytes, size: int) -> bytes:
+    return held + bytes(size - len(held)) if len(held) < size else held
 
 
 def _eio(path: str) -> OSError:
@@ -127,7 +138,7 @@ class MemoryFile:
 
     def size(self) -> int:
         with self.disk.mutex:
-            return len(self._live().data)
+            return self._live().size
 
     def pwrite(self, data: Buffer, pos: int) -> int:
         with self.disk.mutex:
@@ -147,7 +158,7 @@ class MemoryFile:
     def map(self) -> mmap.mmap:
         with self.disk.mutex:
             inode = self._live()
-            data = self.disk.read(self.path, inode, 0, len(inode.data))
+            data = self.disk.read(self.path, inode, 0, inode.size)
         if not data:
             raise ValueError("cannot mmap an empty file")
         m = mmap.mmap(-1, len(data))
@@ -158,7 +169,7 @@ class MemoryFile:
     def allocate(self, size: int) -> None:
         with self.disk.mutex:
             inode = self._live()
-            if size > len(inode.data):
+            if size > inode.size:
                 self.disk.resize(inode, size)
 
     def truncate(self, size: int) -> None:
@@ -241,19 +252,19 @@ class MemoryDisk:
         # From the first write on, the cache holds what follows (a log's
         # appends): only the bytes before it are still read from the medium.
         inode.media_end = min(inode.media_end, pos)
-        _apply(inode.data, pos, data)
+        inode.size = _apply(inode.data, inode.size, pos, data)
         inode.pending.append((pos, data))
         end = pos + len(data)
         inode.bad = [(a, b) for a, b in inode.bad if b <= pos or a >= end]  # rewritten: healed
 
     def resize(self, inode: _Inode, size: int) -> None:
         inode.media_end = min(inode.media_end, size)
-        _apply(inode.data, size, None)
+        inode.size = _apply(inode.data, inode.size, size, None)
         inode.pending.append((size, None))
 
     def read(self, path: str, inode: _Inode, pos: int, n: int) -> bytes:
         end = pos + max(0, n)
-        length = max(0, min(len(inode.data), end) - pos)
+        length = max(0, min(inode.size, end) - pos)
         rate = self.fault_rates.read_corruption
         cold = min(length, inode.media_end - pos)
         if cold > 0 and rate and self.rng.random() < rate:
@@ -264,8 +275,8 @@ class MemoryDisk:
         if not any(a < end and b > pos for a, b in inode.bad):
             # One copy (a recovery maps whole 8 MiB segments).
             with memoryview(inode.data) as view:
-                return view[pos:end].tobytes()
-        out = bytearray(inode.data[pos:end])
+                return _zero_padded(view[pos:end].tobytes(), length)
+        out = bytearray(_zero_padded(bytes(inode.data[pos:end]), length))
         for a, b in inode.bad:
             for i in range(max(a, pos), min(b, pos + len(out))):
                 out[i - pos] ^= 0xFF
@@ -282,7 +293,7 @@ class MemoryDisk:
             inode.pending.clear()  # Linux: the failed write-back is marked clean
             raise _eio(path)
         for pos, data in inode.pending:
-            _apply(inode.durable, pos, data)
+            inode.durable_size = _apply(inode.durable, inode.durable_size, pos, data)
         inode.pending.clear()
 
     def _record(self, fault: dict[str, Any]) -> None:
@@ -340,6 +351,7 @@ class MemoryDisk:
         """The inode after a crash: its durable bytes, and maybe part of its
         unsynced writes (torn)."""
         data = bytearray(inode.durable)
+        size = inode.durable_size
         pending = inode.pending
         mode = torn
         rate = self.fault_rates.torn_write
@@ -353,24 +365,39 @@ class MemoryDisk:
             keep = self.rng.randrange(len(chunk))  # a strict prefix
             for p, d in pending[:i]:  # what the torn write lands on
                 if d is None:
-                    _apply(data, p, None)
-            _apply(data, pos, chunk[:keep])
+                    size = _apply(data, size, p, None)
+            size = _apply(data, size, pos, chunk[:keep])
             self._record({"fault": "torn-op", "path": path, "pos": pos,
                                 "kept": keep, "of": len(chunk)})
         elif pending and mode == "torn-seq":
             kept = sorted(self.rng.sample(range(len(pending)),
                                           self.rng.randrange(len(pending) + 1)))
             for i in kept:
-                _apply(data, *pending[i])
+                size = _apply(data, size, *pending[i])
             self._record({"fault": "torn-seq", "path": path, "kept": kept,
                                 "of": len(pending)})
-        return _Inode(data=bytearray(data), durable=data, bad=list(inode.bad),
-                      media_end=len(data))
+        return _Inode(data=bytearray(data), durable=data, size=size, durable_size=size,
+                      bad=list(inode.bad), media_end=size)
 
     def durable_bytes(self, path: str) -> bytes:
         """What a crash now would leave in `path` (no faults)."""
         with self.mutex:
-            return bytes(self._inode(path).durable)
+            inode = self._inode(path)
+            return _zero_padded(bytes(inode.durable), inode.durable_size)
+
+    def durable_extent(self, path: str) -> tuple[bytes, int]:
+        """durable_bytes(path) as the bytes held and the file's size (the
+        rest are zeros), without the zeros made."""
+        with self.mutex:
+            inode = self._inode(path)
+            return bytes(inode.durable), inode.durable_size
+
+    def cached_bytes(self, path: str) -> bytes:
+        """What a read of `path` returns now (its page cache; no faults),
+        even on a disk that has crashed."""
+        with self.mutex:
+            inode = self._inode(path)
+            return _zero_padded(bytes(inode.data), inode.size)
 
     # -------------------------------------------------------------- Disk
     def create(self, path: str) -> MemoryFile:
@@ -394,7 +421,7 @@ class MemoryDisk:
         with self.mutex:
             self._check()
             inode = self._inode(path)
-            return self.read(path, inode, 0, len(inode.data) if limit is None else limit)
+            return self.read(path, inode, 0, inode.size if limit is None else limit)
 
     def write_file(self, path: str, data: bytes) -> None:
         with self.mutex:
@@ -456,7 +483,7 @@ class MemoryDisk:
 
     def size(self, path: str) -> int:
         with self.mutex:
-            return len(self._inode(path).data)
+            return self._inode(path).size
 
     def unlink(self, path: str) -> None:
         with self.mutex:
