@@ -158,10 +158,10 @@ class MemoryFile:
     def map(self) -> mmap.mmap:
         with self.disk.mutex:
             inode = self._live()
-            data = self.disk.read(self.path, inode, 0, inode.size)
-        if not data:
+            data, size = self.disk.read_held(self.path, inode, 0, inode.size)
+        if not size:
             raise ValueError("cannot mmap an empty file")
-        m = mmap.mmap(-1, len(data))
+        m = mmap.mmap(-1, size)  # zero-filled: only what is held is copied in
         m.write(data)
         m.seek(0)
         return m
@@ -263,6 +263,11 @@ class MemoryDisk:
         inode.pending.append((size, None))
 
     def read(self, path: str, inode: _Inode, pos: int, n: int) -> bytes:
+        return _zero_padded(*self.read_held(path, inode, pos, n))
+
+    def read_held(self, path: str, inode: _Inode, pos: int, n: int) -> tuple[bytes, int]:
+        """A read as the bytes held and the read's length (zeros follow
+        them up to it)."""
         end = pos + max(0, n)
         length = max(0, min(inode.size, end) - pos)
         rate = self.fault_rates.read_corruption
@@ -275,12 +280,12 @@ class MemoryDisk:
         if not any(a < end and b > pos for a, b in inode.bad):
             # One copy (a recovery maps whole 8 MiB segments).
             with memoryview(inode.data) as view:
-                return _zero_padded(view[pos:end].tobytes(), length)
+                return view[pos:end].tobytes(), length
         out = bytearray(_zero_padded(bytes(inode.data[pos:end]), length))
         for a, b in inode.bad:
             for i in range(max(a, pos), min(b, pos + len(out))):
                 out[i - pos] ^= 0xFF
-        return bytes(out)
+        return bytes(out), length
 
     def sync(self, path: str, inode: _Inode) -> None:
         failed = self._norm(path) in self._fail_fsyncs

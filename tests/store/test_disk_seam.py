@@ -282,6 +282,47 @@ def test_torn_writes_keep_a_prefix_of_one_write_or_some_writes_in_order() -> Non
         assert got == bytes(want)
 
 
+def test_a_preallocated_file_holds_its_written_bytes_only_and_reads_its_zeros() -> None:
+    """MemoryDisk is sparse: the zeros of an 8 MiB allocation are a size,
+    through writes, fsync, a crash (torn or not) and a truncation, and every
+    read, map and export sees them."""
+    path = os.path.join(ROOT, "seg")
+    size = 8 * 1024 * 1024
+    for torn in (None, "torn-op", "torn-seq"):
+        disk = MemoryDisk(random.Random(3))
+        disk.makedirs(ROOT)
+        f = disk.create(path)
+        f.allocate(size)
+        f.pwrite(b"a" * 100, 0)
+        f.fsync()
+        disk.fsync_dir(ROOT)
+        f.pwrite(b"b" * 50, 100)
+        held, durable_size = disk.durable_extent(path)
+        assert (held, durable_size) == (b"a" * 100, size)
+        assert disk.durable_bytes(path) == b"a" * 100 + bytes(size - 100)
+        assert disk.cached_bytes(path) == b"a" * 100 + b"b" * 50 + bytes(size - 150)
+        after = disk.crash(torn=torn)
+        got = after.read_file(path)
+        assert len(got) == size and after.size(path) == size
+        rest = got[100:]
+        kept = len(rest) - len(rest.lstrip(b"b"))  # what a tear kept of the unsynced write
+        assert got[:100] == b"a" * 100 and kept <= 50 and rest[kept:] == bytes(size - 100 - kept)
+        held, _ = after.durable_extent(path)
+        assert len(held) <= 150  # the zeros were never made
+        g = after.open(path)
+        m = g.map()
+        try:
+            assert len(m) == size and bytes(memoryview(m)[:100]) == b"a" * 100
+            assert bytes(memoryview(m)[-10:]) == bytes(10)
+        finally:
+            m.close()
+        assert g.pread(10, size - 5) == bytes(5)
+        g.truncate(size + 10)
+        assert g.pread(20, size) == bytes(10)
+        g.truncate(60)
+        assert g.pread(100, 0) == b"a" * 60
+
+
 def test_a_torn_commitlog_write_is_cut_by_recovery_to_its_last_whole_record() -> None:
     """A crash between a flush's write and its fsync tears the write: what
     recovery keeps is the flushed records and the whole records of the kept
