@@ -30,7 +30,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.check.kept_stores import first_difference
@@ -51,6 +51,9 @@ class KeepDecision:
     keep: KeepStores
     kept: bool
     why: str
+    # The run's outcome the decision was judged from (with `findings`), for
+    # a caller that would otherwise judge the same files again.
+    outcome: RunOutcome | None = field(default=None, compare=False, repr=False)
 
     def params(self) -> dict[str, Any]:
         """The fields params.json records."""
@@ -114,12 +117,13 @@ def decide(keep: KeepStores, found: Sequence[str], in_sample: bool) -> tuple[boo
                   "judged from the read-back only"
 
 
-def _judge(run_dir: str) -> list[str]:
+def _judge(run_dir: str) -> tuple[list[str], RunOutcome | None]:
     try:
-        return findings(run_outcome(run_dir), load_run(run_dir, 0))
+        outcome = run_outcome(run_dir)
+        return findings(outcome, load_run(run_dir, 0)), outcome
     except (SchemaError, ValueError, KeyError, OSError) as exc:
         # Nothing to judge it by but the stores: they are kept.
-        return [f"its outcome could not be judged ({exc})"]
+        return [f"its outcome could not be judged ({exc})"], None
 
 
 def apply(run_dir: str, keep: KeepStores) -> KeepDecision:
@@ -133,9 +137,9 @@ def apply(run_dir: str, keep: KeepStores) -> KeepDecision:
     if not os.path.isdir(cluster):
         decision = KeepDecision(keep, False, "the run left no stores")
     else:
-        found = _judge(run_dir) if keep is KeepStores.FINDINGS else []
+        found, outcome = _judge(run_dir) if keep is KeepStores.FINDINGS else ([], None)
         in_sample = sampled(int(params["seed"]), str(params["run_id"]))
-        decision = KeepDecision(keep, *decide(keep, found, in_sample))
+        decision = KeepDecision(keep, *decide(keep, found, in_sample), outcome=outcome)
     write_json(path, {**params, **decision.params()})
     if decision.kept:
         nodes = os.path.join(cluster, "nodes")

@@ -16,6 +16,7 @@ from chaos.harness.run_config import KEEP_STORES, Backend, KeepStores, RunConfig
 from store.tools.cli_args import UserError
 
 if TYPE_CHECKING:
+    from chaos.check.summary import RunOutcome
     from cluster.backends.image import CheckedImages
 
 
@@ -83,6 +84,9 @@ class KeepingStores:
     def __init__(self, run: ChaosRun, keep: KeepStores) -> None:
         self.run = run
         self.keep = keep
+        # The outcome the decision judged (with `findings`; None otherwise):
+        # a sweep reports it instead of judging the same files again.
+        self.outcome: RunOutcome | None = None
 
     @property
     def run_dir(self) -> str:
@@ -94,5 +98,5 @@ class KeepingStores:
 
     def execute(self) -> str:
         run_dir = self.run.execute()
-        keep_decision.apply(run_dir, self.keep)
+        self.outcome = keep_decision.apply(run_dir, self.keep).outcome
         return run_dir

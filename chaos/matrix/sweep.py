@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING
 
 from chaos.harness.runner import RunConfig
 from chaos.matrix.grid import MatrixOutcome
-from chaos.matrix.launch import make_run
+from chaos.matrix.launch import KeepingStores, make_run
 from cluster.backends.image import CheckedImages
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+
+    from chaos.check.summary import RunOutcome
 
 # Jobs in flight at once: while one job's last runs finish, the next one's
 # tasks already fill the free cores.
@@ -61,14 +63,16 @@ class SweepRun:
     promise_violations: int | None = None
 
 
-def judge(run_id: str, run_dir: str | None, error: str | None, wall_s: float) -> SweepRun:
-    """A finished (or failed) run as a SweepRun, from its read-back."""
+def judge(run_id: str, run_dir: str | None, error: str | None, wall_s: float,
+          outcome: RunOutcome | None = None) -> SweepRun:
+    """A finished (or failed) run as a SweepRun, from its read-back (or from
+    `outcome`, the one its keep decision already judged from it)."""
     from chaos.check.summary import outcome_line, run_outcome
 
     if error is not None or run_dir is None:
         return SweepRun(run_id, None, error, f"FAILED {error}", False, wall_s)
     try:
-        o = run_outcome(run_dir)
+        o = outcome if outcome is not None else run_outcome(run_dir)
     except (ValueError, OSError) as exc:  # the report names a malformed run
         return SweepRun(run_id, run_dir, None, f"outcome unreadable ({exc})", False, wall_s)
     return SweepRun(run_id, run_dir, None, outcome_line(o), o.broke_a_promise, wall_s,
@@ -81,12 +85,15 @@ def run_one(cfg: RunConfig, images: CheckedImages | None = None) -> SweepRun:
     """One run, in whichever process calls it (a Spark worker), judged;
     `images`: the node images already brought up to date (compose)."""
     t0, c0 = time.perf_counter(), time.process_time()
+    outcome = None
     try:
-        run_dir = make_run(cfg, images=images).execute()
+        run = make_run(cfg, images=images)
+        run_dir = run.execute()
+        outcome = run.outcome if isinstance(run, KeepingStores) else None
         error = None
     except Exception as exc:
         run_dir, error = None, f"{type(exc).__name__}: {exc}"
-    r = judge(cfg.run_id, run_dir, error, time.perf_counter() - t0)
+    r = judge(cfg.run_id, run_dir, error, time.perf_counter() - t0, outcome)
     return replace(r, cpu_s=time.process_time() - c0)
 
 

@@ -497,10 +497,10 @@ class SimCluster:
                 if disk.isdir(path):
                     walk(path, os.path.join(out, entry))
                 elif entry != "lock":
-                    data = b"" if entry == "abort" else disk.durable_bytes(path)
+                    data, size = (b"", 0) if entry == "abort" else disk.durable_extent(path)
                     # A preallocated segment is mostly zeros: written with
                     # a hole past its data (reads the same, costs its data).
-                    sparse.write_sparse(os.path.join(out, entry), data)
+                    sparse.write_sparse(os.path.join(out, entry), data, size)
 
         if disk.isdir(DATA_DIR):
             walk(DATA_DIR, dest)

@@ -440,6 +440,19 @@ class MemoryDisk:
         with self.mutex:
             return bytes(self._inode(path).durable)
 
+    def durable_extent(self, path: str) -> tuple[bytes, int]:
+        """durable_bytes(path) and the file's durable size (an export writes
+        the zeros at the end of the bytes as a hole: chaos/harness/sparse.py)."""
+        with self.mutex:
+            durable = bytes(self._inode(path).durable)
+            return durable, len(durable)
+
+    def cached_bytes(self, path: str) -> bytes:
+        """What a read of `path` returns now (its page cache; no faults),
+        even on a disk that has crashed."""
+        with self.mutex:
+            return bytes(self._inode(path).data)
+
     # -------------------------------------------------------------- Disk
     def create(self, path: str) -> MemoryFile:
         with self.mutex:

@@ -237,3 +237,25 @@ def test_the_report_over_kept_and_dropped_stores_says_which_it_reread(
     line = next(x for x in md.splitlines() if x.startswith("Stores:"))
     assert f"judged from the stores they kept, read again: {lossy.name}" in line
     assert f"judged from their read-back only (stores not kept): {clean.name}" in line
+
+
+def test_a_sweep_run_reports_the_outcome_its_keep_decision_judged(tmp_path: Path) -> None:
+    """chaos/matrix/sweep.py's run_one takes the outcome the keep decision
+    judged instead of judging the run's files a second time: the same
+    figures as a judgement of the finished directory from scratch."""
+    from chaos.matrix.sweep import judge, run_one
+
+    scenario, role, flush, seed = LOSS
+    cfg = RunConfig(scenario=scenarios.get(scenario), role=role, flush=flush,  # type: ignore[arg-type]
+                    seed=seed, out_dir=str(tmp_path), backend="sim",  # type: ignore[arg-type]
+                    sim_duration_s=float(SIM_S), keep_stores=KeepStores.FINDINGS)
+    run = make_run(cfg)
+    run_dir = run.execute()
+    assert run.outcome is not None and run.outcome == run_outcome(run_dir)
+    assert run.outcome.acked_lost_master > 0  # the seed's loss, judged once
+
+    swept = run_one(replace(cfg, out_dir=str(tmp_path / "swept")))
+    fresh = judge(swept.run_id, swept.run_dir, None, swept.wall_s)
+    assert swept.run_dir is not None and swept.error is None
+    assert replace(swept, cpu_s=fresh.cpu_s) == fresh
+    assert swept.acked_lost_master == run.outcome.acked_lost_master

@@ -144,7 +144,7 @@ def test_a_crash_failpoint_between_write_and_fsync_loses_exactly_the_unsynced_by
         seg = os.path.join(DATA_DIR, "commitlog", segment_name(0))
         new_disk: MemoryDisk = c.nodes["master"].disk
         out = {"crashed": crashed, "acked": acked, "old_durable": old_disk.durable_bytes(seg),
-               "old_cache": bytes(old_disk._inode(seg).data), "new": new_disk.read_file(seg),
+               "old_cache": old_disk.cached_bytes(seg), "new": new_disk.read_file(seg),
                "flushed": node.store.log.flushed, "faults": list(new_disk.faults)}
         assert await c.start("master")
         restarted = c.nodes["master"].node
