@@ -358,7 +358,7 @@ def register(csub: Any) -> None:
         "fsync and per-put times), then says whether they agree on which modes lose "
         "acknowledged messages from the recovered master, which can leave a slave ahead, "
         "and that the SYNC_FLUSH modes lose nothing acknowledged, with each side's rates "
-        "(k/n, 95 %% interval) and, per mode, agree / differ / open. Then one report over "
+        "(k/n, 95 % interval) and, per mode, agree / differ / open. Then one report over "
         "both. Writes OUT/local, OUT/sim, OUT/agreement.json, OUT/report.",
         epilog=EXIT)
     p.add_argument("--out", required=True, help="results directory")
