@@ -110,7 +110,7 @@ def register(csub: Any) -> None:
                    help="a consumer consumes while the producers produce (default: none)")
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="re-introduce a known bug or planted fault on every node (see `dlab "
-                   "chaos bugs`), e.g. planted-ack-before-fsync; repeatable")
+                   "chaos bugs`), e.g. planted-ack-before-fsync; repeatable (default: none)")
     p.add_argument("--seed", type=int, default=1,
                    help="the timing of the run: network delays, the workload's bodies "
                    "(default %(default)s)")
