@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from chaos.check import promises, rates
+from chaos.harness.scenarios import FAILOVER_MATRIX
 from chaos.report.blocks import Table, group_anchor, mode_label, plural, run_page, severity
 
 BACKENDS = ("sim", "local", "compose")
@@ -383,3 +384,55 @@ def scenario_table(verdicts: pd.DataFrame) -> Table:
             classes.append(cls)
     return Table(["mode", "scenario", *present], rows, links=links, classes=classes,
                  css="scenarios")
+
+
+# ------------------------------------------------- restart vs fail over
+# The master-fault scenarios that restart the crashed master on its own
+# disk, beside those that promote its slave instead (FAILOVER_MATRIX).
+RESTART_IN_PLACE = ("master-crash", "master-crash-unflushed", "master-crash-mid-flush",
+                    "master-crash-consuming", "master-crash-after-ship")
+
+
+def _operator_cell(runs: pd.DataFrame, backend: str) -> str:
+    """What one way of handling a dead master cost over `runs` (one backend's)."""
+    if not len(runs):
+        return "–"
+    n = len(runs)
+    lost_failover = runs.get("acked_lost_failover", pd.Series(0, index=runs.index))
+    lost = int(((runs["acked_lost_master"] > 0) | (lost_failover > 0)).sum())
+    violated = int(((runs["promise_violations"] > 0) | (runs["evidence_breaches"] > 0)).sum())
+    diverged = int((runs.get("divergent_records", pd.Series(0, index=runs.index)) > 0).sum())
+    unwritable = runs["unwritable_s"].dropna()
+    return "\n".join([
+        f"lost {_runs_rate(lost, n)}",
+        f"broke promise {_runs_rate(violated, n)}",
+        f"stranded {_runs_rate(int((runs['acked_stranded'] > 0).sum()), n)}",
+        f"diverged {_runs_rate(diverged, n)}",
+        "unwritable " + (f"{median(unwritable):.1f} s"
+                         + (" simulated" if backend == "sim" else "") + " median"
+                         if len(unwritable) else "–")
+        + f", {int(runs['unwritable_until_end'].sum())} to the end",
+    ])
+
+
+def restart_vs_failover_table(verdicts: pd.DataFrame) -> Table | None:
+    """Per mode and backend: the master-fault runs that restarted the old
+    master in place beside those that promoted its slave; None unless the
+    runs hold both."""
+    restart = verdicts["scenario"].isin(RESTART_IN_PLACE)
+    failover = verdicts["scenario"].isin(FAILOVER_MATRIX)
+    if not restart.any() or not failover.any():
+        return None
+    rows, classes = [], []
+    for role, flush in _modes(verdicts):
+        mode = (verdicts["role"] == role) & (verdicts["flush"] == flush)
+        for b in backends(verdicts):
+            here = mode & (verdicts["backend"] == b)
+            a, f = verdicts[here & restart], verdicts[here & failover]
+            if not len(a) and not len(f):
+                continue
+            rows.append([mode_label(role, flush), b, _operator_cell(a, b), _operator_cell(f, b)])
+            classes.append(["", "", *(figures(g, b).severity if len(g) else "none"
+                                      for g in (a, f))])
+    return Table(["mode", "backend", "restart in place", "fail over to the slave"], rows,
+                 classes=classes, css="scenarios")

@@ -27,6 +27,7 @@ import pandas as pd
 from chaos.check import promises, rates
 from chaos.check.matrix_plan import PlanCoverage
 from chaos.check.run_dirs import Problem, RunInfo
+from chaos.harness.scenarios import FAILOVER_MATRIX
 from chaos.report import answer, blocks, plots, run_pages
 from chaos.report.blocks import Block, Table
 from chaos.report.progress import Progress, QuietProgress
@@ -410,7 +411,22 @@ def _first_screen(verdicts: pd.DataFrame, problems: Sequence[Problem],
               "amber: a loss the mode allows, green: nothing acknowledged lost."),
         ("h2", "By scenario"),
         ("table", answer.scenario_table(verdicts)),
+        *_restart_vs_failover(verdicts),
     ]
+
+
+def _restart_vs_failover(verdicts: pd.DataFrame) -> list[Block]:
+    """Restart the old master in place, or promote its slave: per mode, when
+    the runs hold both kinds of master-fault scenario."""
+    table = answer.restart_vs_failover_table(verdicts)
+    if table is None:
+        return []
+    return [("h2", "Restart in place vs fail over"),
+            ("p", "A dead master handled two ways: restarted on its own disk ("
+                  + ", ".join(answer.RESTART_IN_PLACE) + ") or replaced by its promoted "
+                  "slave (" + ", ".join(FAILOVER_MATRIX) + "); per mode and backend, k/n "
+                  "runs with the 95 % interval."),
+            ("table", table)]
 
 
 def _findings(verdicts: pd.DataFrame) -> list[Block]:

@@ -249,3 +249,35 @@ def test_compare_backends_own_verdict_per_mode_is_shown_open_as_open(tmp_path: A
     assert lines[1].startswith("slave ahead: open (within chance, not a finding): sim 5/20")
     assert lines[2].startswith("why: sim saw it in 5 of 20 runs, local in none of 1")
     assert cls == "ok"  # open is not a disagreement
+
+
+def test_restart_in_place_beside_fail_over_per_mode_and_backend() -> None:
+    """Issue 26's comparison: the master-fault runs that restarted the old
+    master beside those that promoted its slave, each counted apart."""
+    only_restart = _verdicts(_run("r1", "sim"), _run("r2", "sim"))
+    assert answer.restart_vs_failover_table(only_restart) is None  # nothing to set beside
+    asy = ("ASYNC_MASTER", "ASYNC_FLUSH")
+    v = _verdicts(
+        _run("r1", "sim", role=asy[0], flush=asy[1], acked_lost_master=3, acked_stranded=3,
+             acked_lost_failover=0, divergent_records=0, unwritable_s=2.0),
+        _run("r2", "sim", role=asy[0], flush=asy[1], acked_lost_failover=0,
+             divergent_records=0, unwritable_s=4.0, unwritable_until_end=True),
+        _run("f1", "sim", role=asy[0], flush=asy[1], scenario="master-lost",
+             acked_lost_failover=2, divergent_records=0, unwritable_s=3.0),
+        _run("f2", "sim", role=asy[0], flush=asy[1], scenario="isolated-master",
+             acked_lost_failover=400, divergent_records=7, unwritable_s=0.5),
+        _run("s1", "sim", scenario="master-lost", acked_lost_failover=0, divergent_records=0),
+    )
+    table = answer.restart_vs_failover_table(v)
+    assert table is not None
+    assert table.header == ["mode", "backend", "restart in place", "fail over to the slave"]
+    rows = {tuple(r[:2]): r[2:] for r in table.rows}
+    restart, failover = (cell.split("\n") for cell in rows[("ASYNC_MASTER + ASYNC_FLUSH",
+                                                            "sim")])
+    assert restart[0].startswith("lost 1/2 runs") and restart[2].startswith("stranded 1/2")
+    assert restart[3].startswith("diverged 0/2") and restart[4] == (
+        "unwritable 3.0 s simulated median, 1 to the end")
+    assert failover[0].startswith("lost 2/2 runs") and failover[3].startswith("diverged 1/2")
+    # A mode with failover runs only says so, not zero.
+    assert rows[("SYNC_MASTER + SYNC_FLUSH", "sim")][0] == "–"
+    assert rows[("SYNC_MASTER + SYNC_FLUSH", "sim")][1].startswith("lost 0/1 runs")
