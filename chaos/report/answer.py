@@ -393,26 +393,27 @@ RESTART_IN_PLACE = ("master-crash", "master-crash-unflushed", "master-crash-mid-
                     "master-crash-consuming", "master-crash-after-ship")
 
 
-def _operator_cell(runs: pd.DataFrame, backend: str) -> str:
-    """What one way of handling a dead master cost over `runs` (one backend's)."""
+def _operator_cell(runs: pd.DataFrame, backend: str) -> tuple[str, str]:
+    """What one way of handling a dead master cost over `runs` (one
+    backend's), and its severity: the answer's Figures, with a loss by
+    failover counted as lost and divergence beside them."""
     if not len(runs):
-        return "–"
-    n = len(runs)
-    lost_failover = runs.get("acked_lost_failover", pd.Series(0, index=runs.index))
-    lost = int(((runs["acked_lost_master"] > 0) | (lost_failover > 0)).sum())
-    violated = int(((runs["promise_violations"] > 0) | (runs["evidence_breaches"] > 0)).sum())
-    diverged = int((runs.get("divergent_records", pd.Series(0, index=runs.index)) > 0).sum())
-    unwritable = runs["unwritable_s"].dropna()
+        return "–", "none"
+    f = figures(runs, backend)
+    none = pd.Series(0, index=runs.index)
+    lost = int(((runs["acked_lost_master"] > 0)
+                | (runs.get("acked_lost_failover", none) > 0)).sum())
+    diverged = int((runs.get("divergent_records", none) > 0).sum())
+    unwritable = ("–" if f.unwritable_median_s is None else
+                  f"{f.unwritable_median_s:.1f} s" + (" simulated" if backend == "sim" else "")
+                  + " median")
     return "\n".join([
-        f"lost {_runs_rate(lost, n)}",
-        f"broke promise {_runs_rate(violated, n)}",
-        f"stranded {_runs_rate(int((runs['acked_stranded'] > 0).sum()), n)}",
-        f"diverged {_runs_rate(diverged, n)}",
-        "unwritable " + (f"{median(unwritable):.1f} s"
-                         + (" simulated" if backend == "sim" else "") + " median"
-                         if len(unwritable) else "–")
-        + f", {int(runs['unwritable_until_end'].sum())} to the end",
-    ])
+        f"lost {_runs_rate(lost, f.n)}",
+        f"broke promise {_runs_rate(f.violated, f.n)}",
+        f"stranded {_runs_rate(f.stranded, f.n)}",
+        f"diverged {_runs_rate(diverged, f.n)}",
+        f"unwritable {unwritable}, {f.unwritable_to_end} to the end",
+    ]), f.severity
 
 
 def restart_vs_failover_table(verdicts: pd.DataFrame) -> Table | None:
@@ -431,8 +432,8 @@ def restart_vs_failover_table(verdicts: pd.DataFrame) -> Table | None:
             a, f = verdicts[here & restart], verdicts[here & failover]
             if not len(a) and not len(f):
                 continue
-            rows.append([mode_label(role, flush), b, _operator_cell(a, b), _operator_cell(f, b)])
-            classes.append(["", "", *(figures(g, b).severity if len(g) else "none"
-                                      for g in (a, f))])
+            (a_text, a_cls), (f_text, f_cls) = _operator_cell(a, b), _operator_cell(f, b)
+            rows.append([mode_label(role, flush), b, a_text, f_text])
+            classes.append(["", "", a_cls, f_cls])
     return Table(["mode", "backend", "restart in place", "fail over to the slave"], rows,
                  classes=classes, css="scenarios")
