@@ -47,6 +47,7 @@ from chaos.check.rates import fisher_exact_p, rate_cell, runs_to_decide, wilson_
 from chaos.harness import scenarios
 from chaos.harness.run_config import FLUSHES, ROLES, KeepStores, RunConfig
 from chaos.harness.timings import (
+    LOOPBACK_NET_US,
     MachineTimings,
     measure_fsync_us,
     put_us_from_history,
@@ -265,8 +266,7 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
     print(f"local: {len(outcome.run_dirs)} runs in {outcome.seconds:.1f} s "
           f"({outcome.runs_per_minute:.2f} runs/min), {len(outcome.failed)} failed", flush=True)
     failed = len(outcome.failed)
-    net_us = MachineTimings(fsync_us=fsync_us, put_us=0.0).net_us
-    put_us = measured_put_us(results["local"], net_us)
+    put_us = measured_put_us(results["local"], LOOPBACK_NET_US)
     timings = MachineTimings(fsync_us=fsync_us, put_us=put_us or 0.0,
                              start_us=measured_start_us(results["local"]))
     print(f"this machine, for the sim side: {timings.describe()}"
