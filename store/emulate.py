@@ -26,7 +26,8 @@ RocketMQ corpus). They are accepted wherever `--emulate` is, so both
 backends take them the same way:
 - planted-ack-before-fsync  store/log/commitlog.py CommitLog.flush: a flush
   counts its bytes flushed (SYNC_FLUSH acks them) after writing them and
-  before the fsync, which runs at the next flush. The `power` crash model
+  before the fsync, which a later flush runs once 1 MiB waits for it (or a
+  clean close). The `power` crash model
   must catch it on every backend (docs/known-bugs.md).
 - planted-checkpoint-before-flush  store/log/commitlog.py CommitLog.flush:
   the checkpoint (its flushed end and timestamp) is written and fsynced

@@ -124,6 +124,14 @@ DROP_PAGES_STEP = 2 * MIB
 # not empty itself within milliseconds).
 SEGMENT_RETRY_S = 1.0
 
+# The planted fault (--emulate planted-ack-before-fsync) leaves its fsyncs
+# until this many acknowledged bytes wait for one (or a clean close). With
+# a one-flush lag instead, a busy flusher synced each flush's bytes as the
+# next flush began, often before the acks of the first had left, so a crash
+# met an acknowledged, unsynced byte only by luck (a CI run on a loaded
+# machine missed it). Bounded, so the unsynced bytes stay a bounded amount.
+PLANTED_LAG_BYTES = MIB
+
 _log = logging.getLogger("dlab.store.commitlog")
 
 
@@ -181,6 +189,7 @@ class CommitLog:
         # fsynced, with the end and timestamp their fsync will make durable.
         self._ack_before_fsync = PLANTED_ACK_BEFORE_FSYNC in config.emulate
         self._unsynced: dict[int, Segment] = {}
+        self._unsynced_from = end
         self._unsynced_end = end
         self._unsynced_ts = last_store_timestamp_ms
         self._checkpoint_first = PLANTED_CHECKPOINT_BEFORE_FLUSH in config.emulate
@@ -525,7 +534,8 @@ class CommitLog:
                 ends = self._p_end[first:n]
                 datas = self._p_data[first:n]
                 self.flush_target = target
-            if self._unsynced:
+            if self._unsynced and (
+                    self._unsynced_end - self._unsynced_from >= PLANTED_LAG_BYTES):
                 self._sync_planted_lag()
             if first == n:
                 return self.flushed
@@ -595,9 +605,12 @@ class CommitLog:
             self.failpoints.hit("flush_fsync", on_eio=lambda: self._lose_unsynced(first, end))
             if self._ack_before_fsync:
                 # PLANTED FAULT (--emulate planted-ack-before-fsync), not
-                # RocketMQ's: the fsync is left to the next flush and
+                # RocketMQ's: the fsync is left to a later flush (the first
+                # to find PLANTED_LAG_BYTES waiting, or a clean close) and
                 # `flushed` advances anyway, so SYNC_FLUSH acks bytes that
                 # are only in the page cache.
+                if not self._unsynced:
+                    self._unsynced_from = first
                 self._unsynced.update(touched)
                 self._unsynced_end, self._unsynced_ts = target, last_ts
             else:
