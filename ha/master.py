@@ -58,6 +58,10 @@ class SlaveLink(enum.StrEnum):
     CONNECTED = "connected"  # its reports are accepted
     TRUNCATING = "truncating"  # told to cut its log back to the master's end
     REJECTED = "rejected"  # ahead of the master, refused (slave_ahead_policy=reject)
+    # Its log holds other records where this master's continue (two masters
+    # wrote the same offsets): nothing can be shipped to it. Kept across its
+    # reconnects until a range ships again.
+    DIVERGED = "diverged"
     DISCONNECTED = "disconnected"  # no stream
 
 
@@ -350,7 +354,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         if self._streams.get(name) is stream:
             del self._streams[name]
             _, reason = stream.close or (grpc.StatusCode.CANCELLED, "stream ended")
-            if link.state != SlaveLink.REJECTED:
+            if link.state not in (SlaveLink.REJECTED, SlaveLink.DIVERGED):
                 link.state = SlaveLink.DISCONNECTED
             link.detail = reason
             log.info("slave %s stream closed: %s", name, reason)
@@ -369,7 +373,8 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         if isinstance(decision, Accept):
             if link.state != SlaveLink.CONNECTED or not link.connected_since_ms:
                 link.connected_since_ms = self.clock.wall_ms()
-            link.state, link.detail = SlaveLink.CONNECTED, ""
+            if link.state != SlaveLink.DIVERGED:  # until a range ships again
+                link.state, link.detail = SlaveLink.CONNECTED, ""
             if stream.session.ahead_trusted and decision.acked > self.log.wrote:
                 why = ("--emulate rmq-3349" if RMQ_3349 in self.config.emulate
                        else "slave_ahead_policy=trust")
@@ -447,11 +452,14 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 try:
                     data, nxt = self.log.read_range(ship.offset, ship.max_bytes)
                 except (CorruptRecordError, ValueError) as exc:
-                    stream.close_with(grpc.StatusCode.FAILED_PRECONDITION,
-                                      f"cannot ship from {ship.offset}: {exc} (the slave's "
-                                      "log has diverged from this master's)")
+                    why = (f"cannot ship from {ship.offset}: {exc} (the slave's log has "
+                           "diverged from this master's)")
+                    stream.link.state = SlaveLink.DIVERGED
+                    stream.close_with(grpc.StatusCode.FAILED_PRECONDITION, why)
                     return
                 session.on_shipped(ship.offset, nxt, now_s=now)
+                if stream.link.state == SlaveLink.DIVERGED:
+                    stream.link.state, stream.link.detail = SlaveLink.CONNECTED, ""
                 await context.write(frames.encode_range(ship.offset, data, self.log.wrote))
                 self.failpoints.hit("after_ship_before_ack")
                 continue

@@ -70,6 +70,9 @@ class _Links:
 
     paused: set[str] = field(default_factory=set)
     partitioned: set[tuple[str, str]] = field(default_factory=set)
+    # Old masters a promotion could not reach (cut off), still serving as
+    # masters: the end phase stops each and rejoins it as a slave.
+    second_masters: set[str] = field(default_factory=set)
     slave_offsets_while_master_down: dict[str, int] = field(default_factory=dict)
 
 
@@ -195,9 +198,12 @@ class Run(RunBase):
                 info = backend.promote(name)
                 self._promoted(name)
                 links = info.extra.get("links") or {}
+                cut_off = sorted(info.extra.get("cut_off") or ())
+                self.state.second_masters.update(cut_off)
                 self.record.fault("promote", name, t, peer=old, end=now_ms(),
                                   detail="followers: " + (", ".join(
-                                      f"{n} {v}" for n, v in sorted(links.items())) or "none"))
+                                      f"{n} {v}" for n, v in sorted(links.items())) or "none")
+                                  + "".join(f"; {n} cut off, still a master" for n in cut_off))
                 self._record_recovery(backend, name)
             else:
                 self._rejoin(backend, name, t, None)
@@ -358,6 +364,7 @@ class Run(RunBase):
             self.record.fault("resume", name, t, end=t, detail="end of run")
         self.state.paused.clear()
         self._heal_all(backend, t, "end of run")
+        self._one_master(backend)
         for name in self.nodes:
             if backend.node(name).state == NodeState.STOPPED and name not in self.lost:
                 self._start_recorded(backend, name, "start", t, detail="end of run")
@@ -376,6 +383,18 @@ class Run(RunBase):
         for name in (*self.slaves, self.acting_master):
             if backend.node(name).state not in (NodeState.REFUSED, NodeState.LOST):
                 backend.stop(name)
+
+    def _one_master(self, backend: ClusterBackend) -> None:
+        """A node still serving as a master that the route no longer names
+        (an isolated master, promoted over while cut off) is stopped and
+        rejoins as a slave of the route's master with its own disk, as on
+        the sim (chaos/sim/run.py): two masters until here, one from here."""
+        for name in sorted(self.state.second_masters):
+            t = now_ms()
+            backend.stop(name)
+            self.record.fault("stop", name, t, end=now_ms(), detail="end of run: a second master")
+            self._rejoin(backend, name, t, "end of run: a second master rejoins as a slave")
+        self.state.second_masters.clear()
 
     def _start(self, backend: ClusterBackend, name: str, action: str, t: int) -> bool:
         """Start (or restart) a node; False when it refused to (its store holds

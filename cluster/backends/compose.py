@@ -541,10 +541,17 @@ class ComposeBackend(FailoverSteps):
         container = self._container(state, name)
         return container is not None and container.status in ("running", "paused")
 
+    def _cut_off_from(self, state: dict[str, Any], name: str) -> frozenset[str]:
+        # partition() takes a slave off the replication network: cut off
+        # from its master.
+        return frozenset({state["master"]}) if state["nodes"][name].get("partitioned") \
+            else frozenset()
+
     def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
-                        now_ms: int, role: Role | None, flush: FlushMode | None) -> Promotion:
+                        now_ms: int, role: Role | None, flush: FlushMode | None,
+                        cut_off: frozenset[str]) -> Promotion:
         plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role,
-                              flush=flush)
+                              flush=flush, cut_off=cut_off)
         # The master's link is not cut: it is recreated on the replication
         # network with the alias (a partitioned follower stays cut off).
         state["nodes"][name]["partitioned"] = False

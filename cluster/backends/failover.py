@@ -18,7 +18,10 @@ Rules:
   master's role and flush mode unless others are given; every other node
   is from then on its slave (local: its link proxy now leads to NAME;
   compose: the master's alias on the replication network moves). The route
-  names NAME from now, with the next epoch.
+  names NAME from now, with the next epoch. A running old master cut off
+  from NAME (a partition) is out of the operator's reach, as the sim's is:
+  it keeps running as a master (`cut_off`) until it is stopped, and starts
+  again as NAME's slave.
 - lose NAME: the node is known and is not the last one not lost. It is
   marked lost; losing the master leaves the route with no master (the
   next epoch) until a slave is promoted.
@@ -78,14 +81,20 @@ class Promotion:
     # state): to end
     dropped_proxy: dict[str, Any] | None = None
     retarget: tuple[str, ...] = ()  # link proxies (by slave) now leading to the new master
+    # Running nodes the operator could not reach (cut off from the new
+    # master): left running in their old role, a second master until stopped.
+    cut_off: tuple[str, ...] = ()
 
 
 def decide_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms: int,
-                   role: Role | None = None, flush: FlushMode | None = None) -> Promotion:
+                   role: Role | None = None, flush: FlushMode | None = None,
+                   cut_off: frozenset[str] = frozenset()) -> Promotion:
     """Make running slave `name` the master in `state`: its role and flush
     mode, every other node a slave, the route. `running`: the nodes whose
-    process runs (or is paused). How the followers reach the new master is
-    the backend's (plan_promote for link proxies)."""
+    process runs (or is paused); `cut_off`: those partitioned from `name`,
+    which the operator cannot reach (a running old master among them keeps
+    serving as a master). How the followers reach the new master is the
+    backend's (plan_promote for link proxies)."""
     entry = _known(state, name)
     old = state["master"]
     if role is not None and role == Role.SLAVE:
@@ -107,18 +116,21 @@ def decide_promote(state: dict[str, Any], name: str, *, running: set[str], now_m
     for other in followers:
         state["nodes"][other]["spec"]["role"] = Role.SLAVE.value
     _set_route(state, name, now_ms)
-    restart = tuple(n for n in (name, old) if n in running)
-    return Promotion(old_master=old, restart=restart, followers=followers)
+    restart = tuple(n for n in (name, old) if n in running and n not in cut_off)
+    left = tuple(n for n in (old,) if n in running and n in cut_off and n != name)
+    return Promotion(old_master=old, restart=restart, followers=followers, cut_off=left)
 
 
 def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms: int,
                  free_port: Callable[[], int], role: Role | None = None,
-                 flush: FlushMode | None = None) -> Promotion:
+                 flush: FlushMode | None = None,
+                 cut_off: frozenset[str] = frozenset()) -> Promotion:
     """decide_promote, for a backend whose slaves reach the master through
     link proxies: the new master's proxy is dropped, every follower's leads
     to it. `free_port` gives a port for a link proxy a node that never was a
     slave now needs."""
-    plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role, flush=flush)
+    plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role, flush=flush,
+                          cut_off=cut_off)
     state["nodes"][name]["master_via"] = None
     dropped = state["proxies"].pop(name, None)
     address = state["nodes"][name]["address"]

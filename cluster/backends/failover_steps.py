@@ -40,8 +40,14 @@ class FailoverSteps(ClusterDir):
         raise NotImplementedError
 
     def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
-                        now_ms: int, role: Role | None, flush: FlushMode | None) -> Promotion:
+                        now_ms: int, role: Role | None, flush: FlushMode | None,
+                        cut_off: frozenset[str]) -> Promotion:
         """failover.decide_promote, plus what this backend's links need."""
+        raise NotImplementedError
+
+    def _cut_off_from(self, state: dict[str, Any], name: str) -> frozenset[str]:
+        """The nodes partitioned from node `name` (before a promotion
+        changes any link)."""
         raise NotImplementedError
 
     def _switch_roles(self, state: dict[str, Any], plan: Promotion, name: str) -> None:
@@ -74,13 +80,18 @@ class FailoverSteps(ClusterDir):
         path per role. A running old master restarts as a slave the same
         way; slaves that only change master need no restart (their link
         now leads to the new master and their HA client reconnects).
+        An old master partitioned from `name` is out of the operator's
+        reach: it keeps running as a master until stopped (a second master;
+        its next start is as `name`'s slave).
         The returned info's extra["links"]: each running follower's link
-        once settled; extra["promoted_from"]: the old master."""
+        once settled; extra["promoted_from"]: the old master;
+        extra["cut_off"]: the nodes left running as a master."""
         with self._locked():
             state = self._load()
             running = self._running_names(state)
             plan = self._plan_promotion(state, name, running=running, now_ms=_now_ms(),
-                                        role=role, flush=flush)
+                                        role=role, flush=flush,
+                                        cut_off=self._cut_off_from(state, name))
             self._save(state)
             self._publish_route(state)
             deadline = time.monotonic() + timeout_s
@@ -88,10 +99,11 @@ class FailoverSteps(ClusterDir):
             self._save(state)
             for n in plan.restart:
                 self._wait_healthy(state, n, deadline)
-            followers = [n for n in plan.followers if n in running]
+            followers = [n for n in plan.followers if n in running and n not in plan.cut_off]
             links = self._link_states(state, followers, deadline)
             info = self._info(state, name)
-            info.extra.update(links=links, promoted_from=plan.old_master)
+            info.extra.update(links=links, promoted_from=plan.old_master,
+                              cut_off=list(plan.cut_off))
             return info
 
     def lose(self, name: str) -> NodeInfo:

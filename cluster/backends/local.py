@@ -366,9 +366,18 @@ class LocalBackend(FailoverSteps):
     # steps. A follower reaches the new master through its link proxy, now
     # leading there; its HA client reconnects through it.
     def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
-                        now_ms: int, role: Role | None, flush: FlushMode | None) -> Promotion:
+                        now_ms: int, role: Role | None, flush: FlushMode | None,
+                        cut_off: frozenset[str]) -> Promotion:
         return plan_promote(state, name, running=running, now_ms=now_ms,
-                            free_port=lambda: free_ports(1)[0], role=role, flush=flush)
+                            free_port=lambda: free_ports(1)[0], role=role, flush=flush,
+                            cut_off=cut_off)
+
+    def _cut_off_from(self, state: dict[str, Any], name: str) -> frozenset[str]:
+        # A slave reaches its master through its link proxy; a cut proxy
+        # partitions the two (partition() cuts the slave's).
+        proxy = state["proxies"].get(name)
+        return frozenset({state["master"]}) if proxy is not None and proxy["cut"] \
+            else frozenset()
 
     def _switch_roles(self, state: dict[str, Any], plan: Promotion, name: str) -> None:
         for n in plan.restart:

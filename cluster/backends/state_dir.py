@@ -267,7 +267,7 @@ class ClusterDir:
     def _link_states(self, state: dict[str, Any], slaves: list[str], deadline: float
                      ) -> dict[str, str]:
         """Each slave's link as the master reports it, once every one has
-        settled (connected, or rejected by slave_ahead_policy) or the
+        settled (connected, rejected by slave_ahead_policy, or diverged) or the
         deadline passed ("never reported" for one the master does not know)."""
         master = state["master"]
         found = {n: "never reported" for n in slaves}
@@ -283,7 +283,8 @@ class ClusterDir:
                     for link in status.slaves:
                         if link.slave in found:
                             found[link.slave] = (f"{link.state} {link.detail}".strip())
-                if all(v.split(" ")[0] in ("connected", "rejected") for v in found.values()) \
+                if all(v.split(" ")[0] in ("connected", "rejected", "diverged")
+                       for v in found.values()) \
                         or time.monotonic() > deadline:
                     return found
                 time.sleep(0.05)

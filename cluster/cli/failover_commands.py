@@ -136,6 +136,9 @@ def _report(backend: Any, info: NodeInfo, line: str, as_json: bool) -> None:
     links = info.extra.get("links") or {}
     for name, link in sorted(links.items()):
         print(f"  {name}: {link}")
+    for name in info.extra.get("cut_off") or ():
+        print(f"  {name}: cut off from {info.name}, not reached: it still runs as a master "
+              f"(stop it, then `dlab cluster rejoin {name}`)")
     print(route_line(route.to_dict()))
 
 

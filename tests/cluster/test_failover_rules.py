@@ -141,6 +141,27 @@ def test_a_backend_without_link_proxies_gets_the_same_decisions() -> None:
     refuse_lost(s, "slave1")  # rejoined: it may start again
 
 
+def test_an_old_master_cut_off_from_the_promoted_slave_keeps_running_as_a_master() -> None:
+    """The operator cannot reach a master partitioned from the slave it
+    promotes (the isolated-master scenario, alike on every backend): the
+    plan restarts only the new master, names the old one `cut_off`, and the
+    state makes it a slave from its next start; without the cut it is
+    restarted as a slave at once."""
+    s = state(slaves=1)
+    plan = decide_promote(s, "slave1", running={"master", "slave1"}, now_ms=5,
+                          cut_off=frozenset({"master"}))
+    assert (plan.restart, plan.cut_off) == (("slave1",), ("master",))
+    assert s["nodes"]["master"]["spec"]["role"] == "SLAVE"
+    assert route_of(s).master == "slave1"
+    s = state(slaves=1)
+    plan = decide_promote(s, "slave1", running={"master", "slave1"}, now_ms=5)
+    assert (plan.restart, plan.cut_off) == (("slave1", "master"), ())
+    s = state(slaves=1)  # a cut-off master that is down is simply a follower
+    plan = decide_promote(s, "slave1", running={"slave1"}, now_ms=5,
+                          cut_off=frozenset({"master"}))
+    assert (plan.restart, plan.cut_off) == (("slave1",), ())
+
+
 def test_a_route_reads_back_and_a_bad_one_is_named(tmp_path: Path) -> None:
     with pytest.raises(RouteError, match="no route in"):
         read_route(str(tmp_path))
