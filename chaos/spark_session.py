@@ -109,6 +109,12 @@ def spark_session(master: str | None = None, *, app_name: str = "dlab report",
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     if local:
+        # The Python workers run this interpreter (the one with the
+        # project's packages: pandas, pyarrow), not whatever `python3` is
+        # first on PATH: `.venv/bin/dlab report` from a shell without the
+        # venv active otherwise failed in the first pandas UDF. PySpark's
+        # driver reads PYSPARK_PYTHON when the context starts.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (
             builder.config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")

@@ -573,3 +573,15 @@ def test_dlab_bench_pipeline_reuse_keeps_and_reads_its_results_again(
         # Only the results are kept, and the reused ones are those generated.
         assert os.listdir(tmp_path) == ["dlab-bench-pipeline-2x20"]
         assert len(os.listdir(tmp_path / "dlab-bench-pipeline-2x20" / "runs")) == 2
+
+
+def test_the_python_workers_run_the_drivers_interpreter(spark: Any) -> None:  # noqa: F811
+    """The report's pandas UDFs run in Spark's Python workers: they must be
+    this interpreter (with the project's packages), not the first `python3`
+    on PATH, which a user who runs `.venv/bin/dlab report` without the venv
+    active has without pandas."""
+    import sys
+
+    assert spark.sparkContext.pythonExec == sys.executable
+    ran = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("sys").prefix).collect()
+    assert ran == [sys.prefix]
