@@ -277,7 +277,7 @@ def test_the_failover_shape_is_a_first_report_so_rmq_3015s_switch_leaves_it_refu
     believed = _read(os.path.join(runs[RMQ_3349], "nodes", "slave1", "node.log"))
     assert "slave master: slave ahead of the master by" in believed
     assert "trusted (--emulate rmq-3349)" in believed
-    assert bugs.judge_run(runs[RMQ_3349])["replica_violations"] > 0
+    assert (bugs.judge_run(runs[RMQ_3349])["replica_violations"] or 0) > 0
     refused = _read(os.path.join(runs[RMQ_3015], "nodes", "slave1", "node.log"))
     assert "rejecting slave master" in refused and "trusted" not in refused
     assert bugs.judge_run(runs[RMQ_3015])["replica_violations"] == 0
