@@ -2,7 +2,8 @@
 its RocketMQ defect back where the real fix removed it, and the checker
 catches it in its scenario.
 
-The chaos tests run each bug's scenario on real local clusters, seed 1 with
+The chaos tests run each corpus entry's scenario (a switch's, or another
+shape of one, named SWITCH/SHAPE) on real local clusters, seed 1 with
 the switch and without, and judge the runs with chaos.commands.bugs.judge_run
 (the report's promise rules, chaos.check.promises.judge, and the consume checker,
 without Spark). The 5 + 5 seed figures are in docs/known-bugs.md (`dlab chaos
