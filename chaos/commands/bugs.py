@@ -5,6 +5,9 @@ and the verdict the checker must then give.
 What a corpus entry claims: with the switch, `expected` (a figure of the
 run's verdict) is above zero in (nearly) every seeded run of its scenario
 in its mode; without the switch it is zero in every run of the same seeds.
+One switch may have entries for several shapes of its bug (scenarios that
+reach the switched code by different paths): the first is named by the
+switch, each other by SWITCH/SHAPE (`Bug.name`, what --bug takes).
 `dlab chaos bugs --check` measures both, on the local backend or, for
 the bugs `sim_refusal` lets through, on the simulated one (docs/known-bugs.md
 has the figures); tests/chaos/test_known_bugs.py does the same on fewer seeds.
@@ -59,6 +62,14 @@ class Bug:
     master_args: tuple[str, ...] = ()
     slave_args: tuple[str, ...] = ()
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    # A second shape of the switch's bug: its name ("" for the switch's
+    # first entry); the entry is then named SWITCH/SHAPE.
+    shape: str = ""
+
+    @property
+    def name(self) -> str:
+        """The entry's name in the corpus: the switch, or SWITCH/SHAPE."""
+        return f"{self.id}/{self.shape}" if self.shape else self.id
 
     def run_fields(self) -> dict[str, Any]:
         """RunConfig fields of this bug's scenario (mode and tuning)."""
@@ -69,7 +80,7 @@ class Bug:
                 "workload": self.workload}
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {"name": self.name, **asdict(self)}
         d["master_args"] = list(self.master_args)
         d["slave_args"] = list(self.slave_args)
         d["workload"] = asdict(self.workload)
@@ -102,6 +113,43 @@ CORPUS: tuple[Bug, ...] = (
         expected="replica_violations",
         verdict="replica promise violated: PUT_OKs after the master's restart that no "
                 "slave holds",
+    ),
+    Bug(
+        # The failover shape of the same line: the node ahead is an old
+        # master rejoining the slave promoted in its place, and the one
+        # believing it is the new master. Its report is a first report, so
+        # --emulate rmq-3015 (later reports, #3016's check) leaves it
+        # refused; a RocketMQ 4.9.2 master believes it for #3015's reason
+        # and 4.9.3+ for #3349's (docs/known-bugs.md).
+        id=RMQ_3349, shape="failover", thread="apache/rocketmq#3349",
+        title="SEND_OK although no slave holds the put: an old master rejoins its promoted "
+              "slave with a longer log and its first report is believed",
+        reintroduces="rmq-3349's switch on the promoted master: the rejoining old master's "
+                     "first report beyond the new master's max offset is believed (any "
+                     "--slave-ahead-policy acts as trust) and kept as push2SlaveMaxOffset, so "
+                     "the new master's SYNC_MASTER puts ending at or below it are acknowledged "
+                     "at once, at offsets where the old master holds its own records",
+        real_fix="none in classic HA (apache/rocketmq#3016, for #3015, checks only reports "
+                 "after the first; #3349 was closed as stale); DLedger/Controller modes "
+                 "truncate a rejoining replica to an epoch-consistent point; here the reject "
+                 "(default) and truncate policies",
+        scenario="cut-off-master-crash-failover", role="SYNC_MASTER", flush="ASYNC_FLUSH",
+        # The cut-off master gets ahead by the puts it stores once its
+        # slave's stream is closed (SLAVE_NOT_AVAILABLE at once, as
+        # RocketMQ's connectionCount == 0 gives); before that each put waits
+        # the 3 s slave timeout. With the default 20 s housekeeping the
+        # stream outlives the cut, the old master stores a few puts, and the
+        # new master has passed it by the rejoin. Links silent for 1 s are
+        # closed, so slaves report every 200 ms (housekeeping must exceed
+        # the heartbeat; a promoted slave and a rejoining master take the
+        # other side's arguments).
+        master_args=("--ha-heartbeat-ms", "200", "--ha-housekeeping-ms", "1000"),
+        slave_args=("--ha-heartbeat-ms", "200", "--ha-housekeeping-ms", "1000"),
+        workload=WorkloadConfig(producers=4, rate_per_s=50.0),
+        expected="replica_violations",
+        verdict="replica promise violated: the new master's PUT_OKs after the old master "
+                "rejoined, at offsets where the old master holds other records (no slave "
+                "holds them)",
     ),
     Bug(
         id=RMQ_8239, thread="apache/rocketmq#8239",
@@ -215,15 +263,18 @@ CORPUS: tuple[Bug, ...] = (
     ),
 )
 
-BY_ID = {b.id: b for b in CORPUS}
-assert set(BY_ID) <= set(SWITCHES), "every corpus entry needs its switch in store/emulate.py"
+BY_NAME = {b.name: b for b in CORPUS}
+assert len(BY_NAME) == len(CORPUS), "corpus entries need distinct names (a shape per switch)"
+assert {b.id for b in CORPUS} <= set(SWITCHES), \
+    "every corpus entry needs its switch in store/emulate.py"
 
 
-def get(bug_id: str) -> Bug:
+def get(name: str) -> Bug:
+    """The entry named `name` (a switch, or SWITCH/SHAPE)."""
     try:
-        return BY_ID[bug_id]
+        return BY_NAME[name]
     except KeyError:
-        raise KeyError(f"unknown bug {bug_id!r}; known: {', '.join(BY_ID)}") from None
+        raise KeyError(f"unknown bug {name!r}; known: {', '.join(BY_NAME)}") from None
 
 
 def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:
@@ -257,7 +308,7 @@ def judge_run(run_dir: str) -> dict[str, int | None]:
 # ------------------------------------------------------------------ checks
 @dataclass(frozen=True)
 class CheckRun:
-    bug: str
+    bug: str  # the entry's name (Bug.name)
     emulated: bool
     seed: int
     run_dir: str | None
@@ -313,15 +364,15 @@ def check_bug(bug: Bug, seeds: Sequence[int], out_dir: str, run: RunFn,
     in practice)."""
     results: list[CheckRun] = []
     for emulated in (True, False):
-        side = os.path.join(out_dir, bug.id, "with" if emulated else "without")
+        side = os.path.join(out_dir, *bug.name.split("/"), "with" if emulated else "without")
         for seed in seeds:
             fields = {**bug.run_fields(), "seed": seed, "out_dir": side,
                       "emulate": (bug.id,) if emulated else ()}
             try:
                 run_dir = run(fields)
-                r = CheckRun(bug.id, emulated, seed, run_dir, judge_run(run_dir))
+                r = CheckRun(bug.name, emulated, seed, run_dir, judge_run(run_dir))
             except Exception as exc:  # a failed run is reported, the check goes on
-                r = CheckRun(bug.id, emulated, seed, None, {},
+                r = CheckRun(bug.name, emulated, seed, None, {},
                              error=f"{type(exc).__name__}: {exc}")
             results.append(r)
             on_run(r)

@@ -227,9 +227,9 @@ def _sim_bugs(chosen: list[Any], args: argparse.Namespace) -> list[Any]:
         if why is None:
             runnable.append(b)
         elif args.bug:
-            raise UserError(f"{b.id} cannot be checked on the sim backend: {why}")
+            raise UserError(f"{b.name} cannot be checked on the sim backend: {why}")
         else:
-            print(f"{b.id}: skipped on the sim backend: {why}", flush=True)
+            print(f"{b.name}: skipped on the sim backend: {why}", flush=True)
     return runnable
 
 
@@ -247,7 +247,9 @@ def cmd_bugs(args: argparse.Namespace) -> int:
             print(json.dumps([b.as_dict() for b in chosen], indent=1))
             return 0
         for b in chosen:
-            print(f"{b.id}  {b.thread}: {b.title}")
+            print(f"{b.name}  {b.thread}: {b.title}")
+            if b.shape:
+                print(f"  switch:        --emulate {b.id} (its {b.shape} shape)")
             print(f"  re-introduces: {b.reintroduces}")
             print(f"  real fix:      {b.real_fix}")
             tuning = (f", slave-ahead policy {b.slave_ahead_policy}"
@@ -279,19 +281,20 @@ def cmd_bugs(args: argparse.Namespace) -> int:
 
     checks = []
     for b in chosen:
-        print(f"{b.id}: {b.scenario}, {len(seeds)} seeds with and without the switch",
+        print(f"{b.name}: {b.scenario}, {len(seeds)} seeds with and without the switch",
               flush=True)
         checks.append(bugs.check_bug(b, seeds, args.out, run, on_run))
-    rows = [{"bug": c.bug.id, "scenario": c.bug.scenario, "expected": c.bug.expected,
+    rows = [{"bug": c.bug.name, "switch": c.bug.id, "scenario": c.bug.scenario,
+             "expected": c.bug.expected,
              "caught": c.caught, "with_switch": c.with_switch,
              "false_positives": c.false_positives, "without_switch": c.without_switch,
              "failed_runs": c.failed_runs, "holds": c.holds, "seeds": seeds,
              "runs": [asdict(r) for r in c.runs]} for c in checks]
     with open(os.path.join(args.out, "bugs-check.json"), "w", encoding="utf-8") as f:
         json.dump(rows, f, indent=1)
-    print(f"{'BUG':10} {'SCENARIO':32} {'CAUGHT':>10} {'FALSE POS':>10} {'FAILED':>7}")
+    print(f"{'BUG':18} {'SCENARIO':32} {'CAUGHT':>10} {'FALSE POS':>10} {'FAILED':>7}")
     for c in checks:
-        print(f"{c.bug.id:10} {c.bug.scenario:32} {c.caught:>4}/{c.with_switch:<5} "
+        print(f"{c.bug.name:18} {c.bug.scenario:32} {c.caught:>4}/{c.with_switch:<5} "
               f"{c.false_positives:>4}/{c.without_switch:<5} {c.failed_runs:>7}"
               f"{'' if c.holds else '  DOES NOT HOLD'}")
     return 0 if all(c.holds for c in checks) else 1
@@ -444,7 +447,8 @@ def _register_bugs(csub: Any) -> None:
                         "switch and reports how often the checker caught it.")
     p.add_argument("--json", action="store_true", help="the corpus as JSON")
     p.add_argument("--bug", action="append", default=[],
-                   help="only this bug (repeatable; default: every bug)")
+                   help="only this bug, by its name in the list: a switch, or SWITCH/SHAPE "
+                        "for another shape of it (repeatable; default: every bug)")
     p.add_argument("--check", action="store_true",
                    help="run every bug's scenario with and without its switch")
     p.add_argument("--runs", type=positive_int, default=5, help="seeds per side (default 5)")

@@ -2,7 +2,8 @@
 its RocketMQ defect back where the real fix removed it, and the checker
 catches it in its scenario.
 
-The chaos tests run each bug's scenario on real local clusters, seed 1 with
+The chaos tests run each corpus entry's scenario (a switch's, or another
+shape of one, named SWITCH/SHAPE) on real local clusters, seed 1 with
 the switch and without, and judge the runs with chaos.commands.bugs.judge_run
 (the report's promise rules, chaos.check.promises.judge, and the consume checker,
 without Spark). The 5 + 5 seed figures are in docs/known-bugs.md (`dlab chaos
@@ -44,10 +45,10 @@ def _run(fields: dict[str, Any]) -> str:
     return make_run(RunConfig(**fields).validate()).execute()
 
 
-@pytest.mark.parametrize("bug_id", [b.id for b in bugs.CORPUS])
+@pytest.mark.parametrize("name", [b.name for b in bugs.CORPUS])
 def test_the_checker_catches_each_bug_with_its_switch_and_never_without(
-        tmp_path: str, bug_id: str) -> None:
-    bug = bugs.get(bug_id)
+        tmp_path: str, name: str) -> None:
+    bug = bugs.get(name)
     check = bugs.check_bug(bug, SEEDS, str(tmp_path), _run)
     detail = [(r.emulated, r.seed, r.error or r.figures) for r in check.runs]
     assert check.failed_runs == 0, detail
@@ -57,7 +58,7 @@ def test_the_checker_catches_each_bug_with_its_switch_and_never_without(
     for r in check.runs:
         assert r.run_dir is not None
         with open(os.path.join(r.run_dir, "params.json")) as f:
-            assert json.load(f)["emulate"] == ([bug_id] if r.emulated else [])
+            assert json.load(f)["emulate"] == ([bug.id] if r.emulated else [])
 
 
 # ------------------------------------------------------------- switch points
@@ -192,11 +193,23 @@ def test_rmq_405_a_clean_stop_with_dispatch_stalled_leaves_records_without_units
 
 def test_every_corpus_entry_has_a_switch_and_unknown_ids_are_refused() -> None:
     assert {b.id for b in bugs.CORPUS} <= set(SWITCHES)
+    # A second shape of a switch is its own entry, named SWITCH/SHAPE.
+    failover = bugs.get("rmq-3349/failover")
+    assert (failover.id, failover.shape) == (RMQ_3349, "failover")
+    assert failover.scenario != bugs.get(RMQ_3349).scenario
     with pytest.raises(ConfigError, match="unknown bug"):
         TESTING.with_(emulate=frozenset({"rmq-1"}))
     out = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "bugs", "--json"],
                          capture_output=True, text=True, check=True).stdout
-    assert [b["id"] for b in json.loads(out)] == [b.id for b in bugs.CORPUS]
+    listed = json.loads(out)
+    assert [b["id"] for b in listed] == [b.id for b in bugs.CORPUS]
+    assert [b["name"] for b in listed] == [b.name for b in bugs.CORPUS]
+    text = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "bugs", "--bug",
+                           "rmq-3349/failover"], capture_output=True, text=True,
+                          check=True).stdout
+    assert text.startswith("rmq-3349/failover  apache/rocketmq#3349")
+    assert "--emulate rmq-3349 (its failover shape)" in text
+    assert "cut-off-master-crash-failover (SYNC_MASTER + ASYNC_FLUSH" in text
     bad = subprocess.run([sys.executable, "-m", "chaos.cli", "chaos", "run", "--scenario",
                           "fsync-eio", "--role", "SYNC_MASTER", "--flush", "SYNC_FLUSH",
                           "--out", "/nonexistent-never-used", "--emulate", "rmq-1"],
@@ -206,7 +219,7 @@ def test_every_corpus_entry_has_a_switch_and_unknown_ids_are_refused() -> None:
 
 
 # ----------------------------------------------------------- the sim backend
-SIM_BUGS = [b.id for b in bugs.CORPUS if bugs.sim_refusal(b) is None]
+SIM_BUGS = [b.name for b in bugs.CORPUS if bugs.sim_refusal(b) is None]
 SIM_SEEDS = (1, 2)
 
 
@@ -218,16 +231,18 @@ def test_the_sim_checks_the_bugs_whose_scenario_it_runs() -> None:
     # Which bugs the sim can check is a claim of docs/known-bugs.md: pin it.
     # rmq-8239 and rmq-405 stall a flusher and a dispatch pass (`delay`
     # failpoints), on virtual time there (store/sim/cooperative_executor.py).
-    assert SIM_BUGS == ["rmq-3349", "rmq-8239", "rmq-2706", "rmq-3015", "rmq-10666", "rmq-405"]
+    assert SIM_BUGS == ["rmq-3349", "rmq-3349/failover", "rmq-8239", "rmq-2706", "rmq-3015",
+                        "rmq-10666", "rmq-405"]
     assert "power crash model only" in (bugs.sim_refusal(bugs.get(RMQ_405), "process") or "")
 
 
-@pytest.mark.parametrize("bug_id", SIM_BUGS)
+@pytest.mark.parametrize("name", SIM_BUGS)
 def test_on_the_sim_the_checker_catches_each_bug_with_its_switch_and_never_without(
-        tmp_path: str, bug_id: str) -> None:
+        tmp_path: str, name: str) -> None:
     """The 200-seed figures (docs/known-bugs.md) on two seeds: 15 s of
     cluster time a run, about a second of wall time."""
-    check = bugs.check_bug(bugs.get(bug_id), SIM_SEEDS, str(tmp_path), _sim_run)
+    bug = bugs.get(name)
+    check = bugs.check_bug(bug, SIM_SEEDS, str(tmp_path), _sim_run)
     detail = [(r.emulated, r.seed, r.error or r.figures) for r in check.runs]
     assert check.failed_runs == 0, detail
     assert check.caught == check.with_switch == len(SIM_SEEDS), detail
@@ -237,7 +252,36 @@ def test_on_the_sim_the_checker_catches_each_bug_with_its_switch_and_never_witho
         with open(os.path.join(r.run_dir, "params.json")) as f:
             params = json.load(f)
         assert params["backend"] == "sim"
-        assert params["emulate"] == ([bug_id] if r.emulated else [])
+        assert params["emulate"] == ([bug.id] if r.emulated else [])
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def test_the_failover_shape_is_a_first_report_so_rmq_3015s_switch_leaves_it_refused(
+        tmp_path: str) -> None:
+    """rmq-3349/failover's scenario brings the old master back ahead of the
+    promoted slave: its first report is believed under rmq-3349's switch
+    and refused under rmq-3015's, which re-opens only later reports (#3016's
+    check), so that switch makes no violation here."""
+    fields = {**bugs.get("rmq-3349/failover").run_fields(), "seed": 1, "backend": "sim",
+              "sim_duration_s": 15.0}
+    runs = {bug: _run({**fields, "emulate": (bug,), "out_dir": os.path.join(tmp_path, bug)})
+            for bug in (RMQ_3349, RMQ_3015)}
+    for run_dir in runs.values():
+        with open(os.path.join(run_dir, "observations.jsonl")) as f:
+            ahead = [json.loads(line) for line in f if '"slave_ahead"' in line]
+        assert [(a["master"], a["slave"]) for a in ahead] == [("slave1", "master")]
+        assert ahead[0]["detail"].startswith("slave ahead by ")
+    believed = _read(os.path.join(runs[RMQ_3349], "nodes", "slave1", "node.log"))
+    assert "slave master: slave ahead of the master by" in believed
+    assert "trusted (--emulate rmq-3349)" in believed
+    assert (bugs.judge_run(runs[RMQ_3349])["replica_violations"] or 0) > 0
+    refused = _read(os.path.join(runs[RMQ_3015], "nodes", "slave1", "node.log"))
+    assert "rejecting slave master" in refused and "trusted" not in refused
+    assert bugs.judge_run(runs[RMQ_3015])["replica_violations"] == 0
 
 
 def _tree(root: str) -> dict[str, bytes]:
