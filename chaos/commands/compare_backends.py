@@ -239,11 +239,15 @@ def measured_put_us(local: Sequence[tuple[RunConfig, SweepRun]], net_us: tuple[f
 
 def measured_start_us(local: Sequence[tuple[RunConfig, SweepRun]]) -> float:
     """The median time a node took to start in the local runs' `start`
-    steps (0 when none started a node)."""
-    found = sorted(us for _, run in local if run.run_dir is not None
-                   for us in start_us_from_faults(
-                       read_jsonl(os.path.join(run.run_dir, "faults.jsonl"))))
-    return found[len(found) // 2] if found else 0.0
+    steps, or where none started a node their `promote` steps (0 when
+    neither ran)."""
+    faults = [read_jsonl(os.path.join(run.run_dir, "faults.jsonl"))
+              for _, run in local if run.run_dir is not None]
+    for kind in ("start", "promote"):
+        found = sorted(us for rows in faults for us in start_us_from_faults(rows, kind))
+        if found:
+            return found[len(found) // 2]
+    return 0.0
 
 
 def cmd_compare_backends(args: argparse.Namespace) -> int:

@@ -20,8 +20,10 @@ this machine instead and gives both of its sides the same timings:
 - `net_us`: the one-way delay of a message between two processes on this
   machine's loopback (low, high; drawn uniformly per message);
 - `start_us`: how long a node takes to start (a process, its store's
-  recovery, its server), from the local runs' `start` faults: a sim start
-  step waits that long, the node down meanwhile, so the time without a
+  recovery, its server), from the local runs' `start` faults, or where
+  none started a node (the failover scenarios) their `promote` faults (a
+  clean stop and a start as master): a sim start, promotion or rejoin
+  waits that long, the node down meanwhile, so the time without a
   writable master means the same on both sides.
 
 The timings are recorded in every sim run's params.json (RunConfig), so a
@@ -143,8 +145,10 @@ def put_us_from_history(rows: Iterable[Mapping[str, Any]], before_ms: int | None
     return float(statistics.median(lat)) if lat else None
 
 
-def start_us_from_faults(rows: Iterable[Mapping[str, Any]]) -> list[float]:
-    """How long each `start` fault of a run took (µs): from the step to the
-    node answering again."""
+def start_us_from_faults(rows: Iterable[Mapping[str, Any]], kind: str = "start"
+                         ) -> list[float]:
+    """How long each `kind` fault of a run took (µs): from the step to the
+    node answering again (`start`; `promote`: the slave stopped and
+    serving as master)."""
     return [float(r["end_ms"] - r["start_ms"]) * 1000 for r in rows
-            if r.get("kind") == "start" and r.get("end_ms") is not None]
+            if r.get("kind") == kind and r.get("end_ms") is not None]

@@ -432,13 +432,16 @@ class SimCluster:
         n.config = _node_config(spec, n.address, master_address, self.token, slaves)
 
     async def promote(self, name: str, spec: NodeSpec,
-                      follower_spec: Callable[[str], NodeSpec]) -> list[str]:
+                      follower_spec: Callable[[str], NodeSpec],
+                      start_s: float = 0.0) -> list[str]:
         """Make running slave `name` the master (`spec`) on its own disk: the
         route names it at once (producers retry towards it while it
         restarts); it stops cleanly and starts as master. Every other
         running node not partitioned from it restarts as its slave
         (`follower_spec`); the others (down, or cut off: an isolated old
         master the operator cannot reach) follow it from their next start.
+        `start_s`: how long each restarted process takes to start (a
+        machine's, measured; 0: at once).
         Returns the nodes restarted as slaves; raises FailoverRefused when
         `name` is not a running slave (nothing changed then)."""
         n = self.nodes[name]
@@ -450,6 +453,8 @@ class SimCluster:
             self.reconfigure(other, spec if other == name else follower_spec(other),
                              None if other == name else name)
         await self.stop(name)
+        if start_s:
+            await asyncio.sleep(start_s)
         if not await self.start(name):
             return []
         followers = [o for o, on in self.nodes.items() if o != name
@@ -457,6 +462,8 @@ class SimCluster:
                      and not self.partitioned(name, o)]
         for other in followers:
             await self.stop(other)
+            if start_s:
+                await asyncio.sleep(start_s)
             await self.start(other)
         return followers
 
@@ -471,15 +478,18 @@ class SimCluster:
         if self.master == name:
             self.master = None
 
-    async def rejoin(self, name: str, spec: NodeSpec) -> bool:
+    async def rejoin(self, name: str, spec: NodeSpec, start_s: float = 0.0) -> bool:
         """Start stopped node `name` as a slave (`spec`) of the route's
-        master, on its own disk (empty after lose); False when its store
-        refused to open. Raises FailoverRefused with no master to follow."""
+        master, on its own disk (empty after lose), its process taking
+        `start_s` to start; False when its store refused to open. Raises
+        FailoverRefused with no master to follow."""
         n = self.nodes[name]
         if self.master is None or self.master == name or n.state is NodeState.RUNNING:
             raise FailoverRefused(f"cannot rejoin {name}: it is running, or the cluster has "
                                   f"no other master to follow (route: {self.master})")
         self.reconfigure(name, spec, self.master)
+        if start_s:
+            await asyncio.sleep(start_s)
         return await self.start(name)
 
     def export(self, name: str, dest: str) -> None:

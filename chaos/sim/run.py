@@ -347,7 +347,7 @@ class SimRun(RunBase):
         old = self.acting_master
         followers = await cluster.promote(
             name, self._spec(name, Role(self.cfg.role)),
-            lambda other: self._spec(other, Role.SLAVE))
+            lambda other: self._spec(other, Role.SLAVE), start_s=self._start_s())
         self._promoted(name)
         self.record.fault("promote", name, t, peer=old, end=cluster.clock.wall_ms(),
                           detail="restarted as slaves: " + (", ".join(followers) or "none"))
@@ -357,7 +357,8 @@ class SimRun(RunBase):
                       detail: str | None) -> None:
         master = cluster.master
         ahead_of = cluster.wrote(master) if master is not None else None
-        if not await cluster.rejoin(name, self._spec(name, Role.SLAVE)):
+        if not await cluster.rejoin(name, self._spec(name, Role.SLAVE),
+                                    start_s=self._start_s()):
             self.record.refused(name, t, cluster.nodes[name].refused)
             return
         self.lost.discard(name)
@@ -386,6 +387,12 @@ class SimRun(RunBase):
         self.rogues.append(rogue)
         self.record.rogue_peer(name, t, first, OVER_BY)
 
+    def _start_s(self) -> float:
+        """How long a node's process takes to start: the machine's, when
+        the run was given its timings (compare-backends), else 0."""
+        timings = self.cfg.sim_timings
+        return timings.start_s if timings is not None else 0.0
+
     async def _start(self, cluster: SimCluster, name: str, action: str, t: int,
                      detail: str | None) -> None:
         if name != self.master and self.old_master is not None and cluster.master is not None:
@@ -394,9 +401,8 @@ class SimRun(RunBase):
             # slave-ahead policy).
             await self._rejoin(cluster, name, t, detail)
             return
-        timings = self.cfg.sim_timings
-        if timings is not None and timings.start_us:
-            await asyncio.sleep(timings.start_s)  # the process starting: the node is down
+        if self._start_s():
+            await asyncio.sleep(self._start_s())  # the process starting: the node is down
         if name == self.master:
             self._slave_offsets = {s: w for s in self.slaves
                                    if (w := cluster.wrote(s)) is not None}

@@ -177,3 +177,27 @@ def test_a_failover_runs_line_names_its_losses(tmp_path: Path) -> None:
     o = run_outcome(run_dir)
     line = json.dumps(o.to_json())
     assert "acked_lost_failover" in line and "split_brain_acks" in line
+
+
+def test_a_promotion_and_a_rejoin_take_the_machines_start_time(tmp_path: Path) -> None:
+    """Given a machine's timings (compare-backends), the sim's promotion
+    and rejoin restart a node as the local backend does, taking its
+    measured start time (a 1.5 s start here): the promote step lasts at
+    least that long in simulated time, the rejoin too; without timings both
+    are instant."""
+    from chaos.harness.timings import MachineTimings
+
+    def steps(timings: MachineTimings | None, out: Path) -> dict[str, float]:
+        cfg = RunConfig(scenario=scenarios.get("master-crash-failover"), role="ASYNC_MASTER",
+                        flush="ASYNC_FLUSH", seed=1, out_dir=str(out), backend="sim",
+                        sim_duration_s=DURATION_S, sim_timings=timings)
+        rows = read_jsonl(os.path.join(SimRun(cfg).execute(), "faults.jsonl"))
+        return {f["kind"]: (f["end_ms"] - f["start_ms"]) / 1000 for f in rows
+                if f["kind"] in ("promote", "rejoin") and f.get("end_ms") is not None}
+
+    timed = steps(MachineTimings(fsync_us=(100.0, 200.0), put_us=100.0, start_us=1.5e6),
+                  tmp_path / "timed")
+    instant = steps(None, tmp_path / "instant")
+    assert set(timed) == set(instant) == {"promote", "rejoin"}, (timed, instant)
+    assert timed["promote"] >= 1.5 and timed["rejoin"] >= 1.5, timed
+    assert instant["promote"] < 0.5 and instant["rejoin"] < 0.5, instant

@@ -91,3 +91,6 @@ def test_start_time_is_each_start_steps_duration() -> None:
             {"kind": "start", "start_ms": 100, "end_ms": 1190},
             {"kind": "start", "start_ms": 5000, "end_ms": None}]
     assert start_us_from_faults(rows) == [1_090_000.0]
+    # The failover scenarios start no node: their promotions are measured.
+    rows.append({"kind": "promote", "start_ms": 7000, "end_ms": 8300})
+    assert start_us_from_faults(rows, "promote") == [1_300_000.0]
