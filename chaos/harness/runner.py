@@ -116,7 +116,7 @@ class Run(RunBase):
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(backend, t, None)
             return
-        for name in self._targets(step.target):
+        for name in self._targets(step.target, lambda s: self._wrote(backend, s)):
             if name == CONSUMER_NODE:
                 self._consumer_step(step.action, t)
             else:
@@ -192,13 +192,16 @@ class Run(RunBase):
                 self._lost_node(name)
             elif action is Action.PROMOTE:
                 old = self.acting_master
+                before = self._slave_ends(lambda s: self._wrote(backend, s))
                 info = backend.promote(name)
                 self._promoted(name)
                 links = info.extra.get("links") or {}
-                self.record.fault("promote", name, t, peer=old, end=now_ms(),
+                now = now_ms()
+                self.record.fault("promote", name, t, peer=old, end=now,
                                   detail="followers: " + (", ".join(
                                       f"{n} {v}" for n, v in sorted(links.items())) or "none"))
                 self._record_recovery(backend, name)
+                self._record_followers(name, before, links, now)
             else:
                 self._rejoin(backend, name, t, None)
         except BackendError as exc:
