@@ -70,6 +70,10 @@ class _Links:
 
     paused: set[str] = field(default_factory=set)
     partitioned: set[tuple[str, str]] = field(default_factory=set)
+    # Pairs partitioned whose link a promotion replaced (both now slaves of
+    # the new master): nothing left to heal on the backend, the heal step
+    # still records them, as the sim's pairwise partitions are.
+    replaced: set[tuple[str, str]] = field(default_factory=set)
     slave_offsets_while_master_down: dict[str, int] = field(default_factory=dict)
 
 
@@ -172,11 +176,13 @@ class Run(RunBase):
             raise ValueError(action)
 
     def _heal_all(self, backend: ClusterBackend, t: int, detail: str | None) -> None:
-        for a, b in sorted(self.state.partitioned):
-            backend.heal(a, b)
+        for a, b in sorted(self.state.partitioned | self.state.replaced):
+            if (a, b) in self.state.partitioned:
+                backend.heal(a, b)
             self.record.close_fault("partition", a, now_ms())
             self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
         self.state.partitioned.clear()
+        self.state.replaced.clear()
 
     def _failover_step(self, backend: ClusterBackend, action: Action, name: str,
                        t: int) -> None:
@@ -202,6 +208,11 @@ class Run(RunBase):
                                       f"{n} {v}" for n, v in sorted(links.items())) or "none"))
                 self._record_recovery(backend, name)
                 self._record_followers(name, before, links, now)
+                # A follower's cut link led to the old master; its new one
+                # is whole (cluster/backends/failover.py follow_through_proxy).
+                moved = {p for p in self.state.partitioned if name not in p}
+                self.state.partitioned -= moved
+                self.state.replaced |= moved
             else:
                 self._rejoin(backend, name, t, None)
         except BackendError as exc:
