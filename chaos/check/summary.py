@@ -13,7 +13,7 @@ there is a broken promise even when the run lost nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -124,13 +124,28 @@ def held_ids(run: RunInfo) -> list[set[str]]:
             for n in run.nodes]
 
 
+def route(run: RunInfo) -> list[tuple[int, str | None]]:
+    """Who the run's route named as master when (chaos.check.failover)."""
+    first = str(run.params.get("first_master") or run.nodes[0].name)
+    return failover.route_changes(run.faults, first)
+
+
+def split_brain_acks(run: RunInfo, history: Sequence[Mapping[str, Any]]) -> int:
+    """The run's PUT_OKs answered by a node the route no longer named as
+    master (chaos.check.failover.split_brain_acks); 0 without a failover.
+    The run summary and the report (chaos/report/pipeline.py) both count
+    them here."""
+    if not failover.failed_over(run.faults):
+        return 0
+    return failover.split_brain_acks(history, route(run), PutStatus.PUT_OK)
+
+
 def failover_fields(run: RunInfo, history: Sequence[dict[str, Any]],
                     held: list[set[str]]) -> dict[str, Any]:
     """RunOutcome's failover figures (chaos.check.failover)."""
     if not failover.failed_over(run.faults):
         return {}
-    first = str(run.params.get("first_master") or run.nodes[0].name)
-    changes = failover.route_changes(run.faults, first)
+    changes = route(run)
     final = run.nodes[0].name
     firsts: dict[str, dict[str, Any]] = {}
     for h in history:
@@ -138,7 +153,7 @@ def failover_fields(run: RunInfo, history: Sequence[dict[str, Any]],
             firsts.setdefault(h["msg_id"], h)
     lost = [(h["node"], int(h["invoke_ms"])) for h in firsts.values()
             if h["node"] != final and h["msg_id"] not in held[0]]
-    return {"split_brain_acks": failover.split_brain_acks(history, changes, PutStatus.PUT_OK),
+    return {"split_brain_acks": split_brain_acks(run, history),
             "failover_lag_ms": failover.failover_lag_ms(run.faults, changes, lost)}
 
 

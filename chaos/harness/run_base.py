@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from chaos.harness.plan import RunPlan, plan_run
@@ -74,9 +74,20 @@ class RunBase:
         promoted) the last one."""
         return self.nodes[0]
 
-    def _targets(self, target: str) -> list[str]:
+    def _targets(self, target: str, end_of: Callable[[str], int | None] | None = None
+                 ) -> list[str]:
         """The nodes (or the consumer) a step's target names (chaos/harness/scenarios.py),
-        resolved as the step runs."""
+        resolved as the step runs; `end_of` (a node's end offset, None when
+        unknown) resolves best_slave."""
+        if target == "best_slave":
+            assert end_of is not None, "best_slave needs the slaves' end offsets"
+            live = [s for s in self.slaves if s not in self.lost]
+            ends: dict[str, int] = {}
+            for s in live:
+                end = end_of(s)
+                ends[s] = -1 if end is None else end  # down: never preferred
+            # The longest log; the first such slave on a tie (max keeps the first).
+            return [max(live, key=ends.__getitem__)] if live else [self.slaves[0]]
         if target == "consumer":
             return [CONSUMER_NODE]
         if target == "master":
@@ -93,6 +104,23 @@ class RunBase:
         self.old_master = self.acting_master
         self.master = name
         self.slaves = [n for n in self.nodes if n != name]
+
+    def _slave_ends(self, wrote: Callable[[str], int | None]) -> dict[str, int]:
+        """Before a promotion: the end of every running slave's log (the
+        one to be promoted among them), read while no master ships to them."""
+        return {s: w for s in self.slaves if s not in self.lost and (w := wrote(s)) is not None}
+
+    def _record_followers(self, name: str, before: Mapping[str, int],
+                          followers: Iterable[str], now_ms: int) -> None:
+        """After promoting `name`: each other slave that now follows it,
+        against it, as they stood before the promotion (`before`). A
+        follower that had received more than the promoted slave is the
+        slave-ahead case of a master restart met at a promotion: its first
+        report goes through the slave-ahead policy, and what only it holds
+        is stranded under reject or trust (chaos/check/slave_ahead.py)."""
+        offsets = {f: before[f] for f in followers if f != name and f in before}
+        if name in before and offsets:
+            self.record.slave_ahead(now_ms, name, before[name], offsets)
 
     def _lost_node(self, name: str) -> None:
         self.lost.add(name)

@@ -73,6 +73,10 @@ class _Links:
     # Old masters a promotion could not reach (cut off), still serving as
     # masters: the end phase stops each and rejoins it as a slave.
     second_masters: set[str] = field(default_factory=set)
+    # Pairs partitioned whose link a promotion replaced (both now slaves of
+    # the new master): nothing left to heal on the backend, the heal step
+    # still records them, as the sim's pairwise partitions are.
+    replaced: set[tuple[str, str]] = field(default_factory=set)
     slave_offsets_while_master_down: dict[str, int] = field(default_factory=dict)
 
 
@@ -119,7 +123,7 @@ class Run(RunBase):
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(backend, t, None)
             return
-        for name in self._targets(step.target):
+        for name in self._targets(step.target, lambda s: self._wrote(backend, s)):
             if name == CONSUMER_NODE:
                 self._consumer_step(step.action, t)
             else:
@@ -175,11 +179,13 @@ class Run(RunBase):
             raise ValueError(action)
 
     def _heal_all(self, backend: ClusterBackend, t: int, detail: str | None) -> None:
-        for a, b in sorted(self.state.partitioned):
-            backend.heal(a, b)
+        for a, b in sorted(self.state.partitioned | self.state.replaced):
+            if (a, b) in self.state.partitioned:
+                backend.heal(a, b)
             self.record.close_fault("partition", a, now_ms())
             self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
         self.state.partitioned.clear()
+        self.state.replaced.clear()
 
     def _failover_step(self, backend: ClusterBackend, action: Action, name: str,
                        t: int) -> None:
@@ -195,16 +201,24 @@ class Run(RunBase):
                 self._lost_node(name)
             elif action is Action.PROMOTE:
                 old = self.acting_master
+                before = self._slave_ends(lambda s: self._wrote(backend, s))
                 info = backend.promote(name)
                 self._promoted(name)
                 links = info.extra.get("links") or {}
                 cut_off = sorted(info.extra.get("cut_off") or ())
                 self.state.second_masters.update(cut_off)
-                self.record.fault("promote", name, t, peer=old, end=now_ms(),
+                now = now_ms()
+                self.record.fault("promote", name, t, peer=old, end=now,
                                   detail="followers: " + (", ".join(
                                       f"{n} {v}" for n, v in sorted(links.items())) or "none")
                                   + "".join(f"; {n} cut off, still a master" for n in cut_off))
                 self._record_recovery(backend, name)
+                self._record_followers(name, before, links, now)
+                # A follower's cut link led to the old master; its new one
+                # is whole (cluster/backends/failover.py follow_through_proxy).
+                moved = {p for p in self.state.partitioned if name not in p}
+                self.state.partitioned -= moved
+                self.state.replaced |= moved
             else:
                 self._rejoin(backend, name, t, None)
         except BackendError as exc:

@@ -26,6 +26,13 @@ where the backends differ, why: the agreement's own explanation where it
 gives one (a question's "why", text or per mode), and what differs between
 the two sides' runs (load, length, n).
 
+Below it, for the master-fault scenarios: restart in place beside fail
+over (restart_vs_failover_table), and what a failover left behind
+(failover_table): per mode and failover scenario, the runs with a PUT_OK
+answered by a node no longer master (split brain) and how many such acks,
+and the runs whose old and new master's logs hold different records at one
+offset, with where each run's logs part (its first divergent offset).
+
 Pure pandas over the verdicts (a row per run, chaos/report/tables.py),
 except find_agreement, which reads the file.
 """
@@ -437,3 +444,64 @@ def restart_vs_failover_table(verdicts: pd.DataFrame) -> Table | None:
             classes.append(["", "", a_cls, f_cls])
     return Table(["mode", "backend", "restart in place", "fail over to the slave"], rows,
                  classes=classes, css="scenarios")
+
+
+# ------------------------------------------------------ after a failover
+FIRST_OFFSETS_SHOWN = 4  # first divergent offsets named per cell; verdicts.csv has all
+
+
+def _first_offsets(runs: pd.DataFrame) -> str:
+    """The first divergent offset of each diverged run of `runs`, by seed."""
+    firsts = [f"{int(offset):,} (seed {seed})" for seed, offset
+              in zip(runs["seed"], runs["first_divergent_offset"], strict=True)
+              if not pd.isna(offset)]
+    if not firsts:
+        return ""
+    more = len(firsts) - FIRST_OFFSETS_SHOWN
+    return ("\nfirst divergent at " + ", ".join(firsts[:FIRST_OFFSETS_SHOWN])
+            + (f" and {more:,} more" if more > 0 else ""))
+
+
+def failover_cell(runs: pd.DataFrame, backend: str) -> tuple[str, str]:
+    """One backend's failover runs of a mode and scenario: the runs with an
+    acknowledgement from a node no longer master (split brain) and those
+    acknowledgements in all; the runs whose logs diverged, the divergent
+    records in all, and where each run's logs part; coloured as the answer."""
+    n = len(runs)
+    split = runs["split_brain_acks"]
+    diverged = runs[runs["divergent_records"] > 0]
+    text = (f"split brain {_runs_rate(int((split > 0).sum()), n)} · "
+            f"{plural(int(split.sum()), 'ack')} in all\n"
+            f"diverged {_runs_rate(len(diverged), n)} · "
+            f"{plural(int(diverged['divergent_records'].sum()), 'record')} in all"
+            + _first_offsets(diverged.sort_values("seed")))
+    return text, figures(runs, backend).severity
+
+
+def failover_table(verdicts: pd.DataFrame) -> Table | None:
+    """Per mode and failover scenario (FAILOVER_MATRIX), a column per
+    backend (failover_cell), linking to the run's page or the runs' rows;
+    None when no run failed over."""
+    failover = verdicts[verdicts["scenario"].isin(FAILOVER_MATRIX)]
+    if not len(failover):
+        return None
+    present = backends(failover)
+    rows, links, classes = [], [], []
+    for role, flush in _modes(failover):
+        mode = failover[(failover["role"] == role) & (failover["flush"] == flush)]
+        for scenario in [s for s in FAILOVER_MATRIX if (mode["scenario"] == s).any()]:
+            cell = mode[mode["scenario"] == scenario]
+            row, cls = [mode_label(role, flush), scenario], ["", ""]
+            link: list[str | None] = [None, None]
+            for b in present:
+                g = cell[cell["backend"] == b]
+                text, c = failover_cell(g, b) if len(g) else ("–", "none")
+                row.append(text)
+                cls.append(c)
+                link.append(None if not len(g) else run_page(g["run_id"].iloc[0])
+                            if len(g) == 1 else "#" + group_anchor(role, flush, scenario))
+            rows.append(row)
+            links.append(link)
+            classes.append(cls)
+    return Table(["mode", "scenario", *present], rows, links=links, classes=classes,
+                 css="scenarios")

@@ -4,7 +4,9 @@ rendered twice, so the Markdown and the HTML always say the same thing.
 
 The report leads with the answer (chaos/report/answer.py): per mode, and
 per mode and scenario, each backend in a column of its own, with the
-agreement of compare-backends; then what each mode promises, a durability
+agreement of compare-backends, and for master-fault scenarios restart in
+place beside fail over and what a failover left behind (split brain,
+divergence); then what each mode promises, a durability
 table, the rates of each outcome over a row's runs (with their intervals,
 chaos/check/rates.py), an availability/latency table (the wide tables in
 two parts, so each fits a 900 px window), the findings per mode and backend,
@@ -219,6 +221,13 @@ ANSWER = {
                            "and how many per second of load (median over the runs)",
     "agreement": "per question of dlab chaos compare-backends (agreement.json): whether "
                  "the backends agree for the mode, and where they differ, why",
+    "split brain": "after a failover: runs with a PUT_OK answered by a node the route no "
+                   "longer named as master at the answer (an isolated or deposed master), "
+                   "k/n (95 % interval), and those PUT_OKs in all (verdicts.csv "
+                   "split_brain_acks per run)",
+    "first divergent at": "per diverged run (by seed), the offset of the first record the "
+                          "master at the end and another node hold differently: where their "
+                          "logs part (verdicts.csv first_divergent_offset)",
 }
 
 
@@ -412,6 +421,7 @@ def _first_screen(verdicts: pd.DataFrame, problems: Sequence[Problem],
         ("h2", "By scenario"),
         ("table", answer.scenario_table(verdicts)),
         *_restart_vs_failover(verdicts),
+        *_after_failover(verdicts),
     ]
 
 
@@ -426,6 +436,22 @@ def _restart_vs_failover(verdicts: pd.DataFrame) -> list[Block]:
                   + ", ".join(answer.RESTART_IN_PLACE) + ") or replaced by its promoted "
                   "slave (" + ", ".join(FAILOVER_MATRIX) + "); per mode and backend, k/n "
                   "runs with the 95 % interval."),
+            ("table", table)]
+
+
+def _after_failover(verdicts: pd.DataFrame) -> list[Block]:
+    """Split brain and divergence per mode and failover scenario, when some
+    run failed over."""
+    table = answer.failover_table(verdicts)
+    if table is None:
+        return []
+    return [("h2", "After a failover"),
+            ("p", "Per mode and failover scenario: the runs where a node the route no longer "
+                  "named as master still answered PUT_OK (split brain), and those answers in "
+                  "all; the runs where the new master's log and another node's (the old "
+                  "master's) hold different records at one offset, and per run the first "
+                  "such offset, where the logs part. k/n runs with the 95 % interval; "
+                  "coloured as the answer (the split-brain acks are judged with the rest)."),
             ("table", table)]
 
 

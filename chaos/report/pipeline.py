@@ -77,6 +77,14 @@ Definitions not in chaos/check/promises.py:
 - evidence_breaches: PUT_OKs whose recorded evidence does not cover them
   (chaos/check/evidence.py, in Python per run, not in Spark); a run with
   one is a violation even when it lost nothing.
+- split_brain_acks: PUT_OKs answered by a node the run's route no longer
+  named as master at the answer (chaos/check/failover.py, in Python per
+  run over the history the evidence rule reads; 0 without a failover).
+- first_divergent_offset: the offset of the first divergent record of a
+  run (the divergence rule's, chaos/check/divergence.py); null when none.
+  After a failover the master is the node serving as master at the end,
+  so this is where another node's log (an old master's, typically) parts
+  from the new master's.
 """
 
 from __future__ import annotations
@@ -104,6 +112,7 @@ from chaos.check import (
     outage,
     promises,
     slave_ahead,
+    summary,
 )
 from chaos.check.run_dirs import (
     NEVER_MS,
@@ -117,7 +126,7 @@ from chaos.report import answer, tables
 from chaos.report import document as report
 from chaos.report.inputs import SMALL_INPUT_BYTES, inputs
 from chaos.report.progress import Progress, QuietProgress
-from chaos.schema import CONSUMER_NODE
+from chaos.schema import CONSUMER_NODE, read_jsonl
 from chaos.spark_session import spark_session
 from store.status import INDETERMINATE, PutStatus
 
@@ -607,11 +616,18 @@ def _write(runs: list[RunInfo], problems: list[Problem], results: dict[str, pd.D
 
     progress.step(f"writing tables and report to {out_dir}")
     consume = {r.index: consumption.run_figures(r) for r in good}
-    # The evidence rule runs in Python over each run's history, as the run
-    # summary runs it (chaos/check/evidence.py): the one definition.
-    proofs = {r.index: evidence.run_figures(r) for r in good}
+    # The evidence and split-brain rules run in Python over each run's
+    # history, read once, as the run summary runs them (chaos/check/
+    # evidence.py, chaos/check/failover.py): the one definition of each.
+    proofs: dict[int, dict[str, Any]] = {}
+    split_brain: dict[int, int] = {}
+    for r in good:
+        history = read_jsonl(r.history_path)
+        proofs[r.index] = evidence.run_figures(r, history)
+        split_brain[r.index] = summary.split_brain_acks(r, history)
     verdicts = tables.verdicts_table(good, figures, timeline, res["latency"], ahead, consume,
-                                     recovery=res["recovery"], evidence=proofs)
+                                     recovery=res["recovery"], evidence=proofs,
+                                     split_brain=split_brain)
     comparison = tables.comparison_table(verdicts, res["latency"], good)
     timeline = timeline.assign(
         run_id=timeline["run"].map(lambda i: runs[i].run_id),

@@ -437,12 +437,30 @@ def _facts(run: RunInfo, v: dict[str, Any], sec: str, ms: str) -> list[tuple[str
         ("failures by status", ", ".join(
             f"{k} {n:,}" for k, n in sorted(json.loads(v["failed_by_status"]).items(),
                                             key=lambda kv: -kv[1])) or "none"),
+        ("split brain", _split_brain_fact(v)),
+        ("divergence", _divergence_fact(v)),
         ("slave ahead", f"at the master's restart {v['slave_ahead_at_restart_bytes']:,} bytes, "
                         f"at the end {v['slave_ahead_at_end_bytes']:,} bytes"),
         ("judged from", v["judged_from"] + (
             f" (stores: {v['stores_kept_why']})"
             if isinstance(v.get("stores_kept_why"), str) else "")),
     ]
+
+
+def _split_brain_fact(v: dict[str, Any]) -> str:
+    n = int(v.get("split_brain_acks") or 0)
+    return (f"{n:,} PUT_OK{'' if n == 1 else 's'} answered by a node the route no longer named "
+            "as master" if n else "none")
+
+
+def _divergence_fact(v: dict[str, Any]) -> str:
+    n = int(v.get("divergent_records") or 0)
+    first = v.get("first_divergent_offset")
+    if not n:
+        return "none"
+    where = "" if first is None or pd.isna(first) else f", the first at offset {int(first):,}"
+    return (f"{n:,} record{'' if n == 1 else 's'} the master and another node hold differently"
+            + where)
 
 
 def _lost_section(v: dict[str, Any], lost: pd.DataFrame | None) -> list[str]:

@@ -139,7 +139,8 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
                    latency: pd.DataFrame, ahead: pd.DataFrame,
                    consume: Mapping[int, Mapping[str, int | None] | None] | None = None,
                    recovery: pd.DataFrame | None = None,
-                   evidence: Mapping[int, Mapping[str, Any]] | None = None) -> pd.DataFrame:
+                   evidence: Mapping[int, Mapping[str, Any]] | None = None,
+                   split_brain: Mapping[int, int] | None = None) -> pd.DataFrame:
     """One row per run. `figures`: the per-run counts (run, COUNTS...,
     lost_node{i}, first_divergent_offset); `timeline`: run, second, status,
     ops; `latency`: run, ms, n (PUT_OK latency counts); `ahead`: run,
@@ -149,7 +150,8 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     run and chaos.check.outage.RECOVERY_COLUMNS per fault that can stop
     writes (availability, chaos/check/outage.py);
     `evidence`: run -> chaos.check.evidence.run_figures (absent: no breach
-    found)."""
+    found); `split_brain`: run -> its PUT_OKs answered by a node no longer
+    master (chaos.check.summary.split_brain_acks; absent: none)."""
     fig = figures.set_index("run")
     failed: dict[int, dict[str, int]] = {}
     for (run_index, status), n in (timeline[timeline["status"] != PutStatus.PUT_OK]
@@ -189,6 +191,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
             **_store_columns(run),
             "first_divergent_offset": (count("first_divergent_offset") if divergent
                                        else None),
+            "split_brain_acks": int((split_brain or {}).get(i, 0)),
             "put_ok_p50_us": p50, "put_ok_p99_us": p99,
             # Availability per unit of time (chaos/check/outage.py): the
             # longest time from a fault to the first PUT_OK invoked after its
@@ -245,6 +248,8 @@ def comparison_table(verdicts: pd.DataFrame, latency: pd.DataFrame,
             "allowed_loss": int(group["allowed_loss"].sum()),
             "slave_ahead_runs": int(group["slave_ahead"].sum()),
             **{f"{k}_max": int(group[k].max()) for k in AHEAD_COLUMNS},
+            "split_brain_runs": int((group["split_brain_acks"] > 0).sum()),
+            "split_brain_acks": int(group["split_brain_acks"].sum()),
             "divergence_runs": int((group["divergent_records"] > 0).sum()),
             "divergent_records": int(group["divergent_records"].sum()),
             "duplicates": int(group["duplicates"].sum()),

@@ -280,7 +280,7 @@ class SimRun(RunBase):
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(cluster, t, None)
             return
-        for name in self._targets(step.target):
+        for name in self._targets(step.target, cluster.wrote):
             if name == CONSUMER_NODE:
                 await self._consumer_step(step.action, t)
             else:
@@ -345,13 +345,16 @@ class SimRun(RunBase):
 
     async def _promote(self, cluster: SimCluster, name: str, t: int) -> None:
         old = self.acting_master
+        before = self._slave_ends(cluster.wrote)
         followers = await cluster.promote(
             name, self._spec(name, Role(self.cfg.role)),
             lambda other: self._spec(other, Role.SLAVE), start_s=self._start_s())
         self._promoted(name)
-        self.record.fault("promote", name, t, peer=old, end=cluster.clock.wall_ms(),
+        now = cluster.clock.wall_ms()
+        self.record.fault("promote", name, t, peer=old, end=now,
                           detail="restarted as slaves: " + (", ".join(followers) or "none"))
         self.record.recovery(name, cluster.recovery(name))
+        self._record_followers(name, before, followers, now)
 
     async def _rejoin(self, cluster: SimCluster, name: str, t: int,
                       detail: str | None) -> None:

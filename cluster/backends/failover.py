@@ -142,7 +142,10 @@ def plan_promote(state: dict[str, Any], name: str, *, running: set[str], now_ms:
 def follow_through_proxy(state: dict[str, Any], name: str, master_address: str,
                          free_port: Callable[[], int]) -> str:
     """Point node `name`'s link proxy at `master_address` (giving it one if
-    it has none); its name when the proxy must be (re)started, else ""."""
+    it has none); its name when the proxy must be (re)started, else "".
+    A cut (a partition) is of the link to the master it led to: the link to
+    another master starts whole, as a partition between two nodes leaves
+    each one's links to a third alone (the sim's partitions are pairs)."""
     proxy = state["proxies"].get(name)
     if proxy is None:
         proxy = state["proxies"][name] = {"port": free_port(), "target": master_address,
@@ -153,6 +156,7 @@ def follow_through_proxy(state: dict[str, Any], name: str, master_address: str,
     if proxy["target"] == master_address:
         return ""
     proxy["target"] = master_address
+    proxy["cut"] = False
     return name
 
 

@@ -18,6 +18,7 @@ from chaos.check.summary import run_outcome
 from chaos.commands.bugs import judge_run
 from chaos.commands.replay import tree_hashes
 from chaos.harness import scenarios
+from chaos.harness.run_base import RunBase
 from chaos.harness.runner import RunConfig
 from chaos.schema import load_json_file, read_jsonl, write_jsonl
 from chaos.sim.run import SimRun
@@ -25,9 +26,9 @@ from chaos.sim.run import SimRun
 DURATION_S = 12.0
 
 
-def _run(tmp: Path, scenario: str, role: str, flush: str, seed: int) -> str:
+def _run(tmp: Path, scenario: str, role: str, flush: str, seed: int, slaves: int = 1) -> str:
     cfg = RunConfig(scenario=scenarios.get(scenario), role=role, flush=flush, seed=seed,
-                    out_dir=str(tmp), backend="sim", sim_duration_s=DURATION_S)
+                    out_dir=str(tmp), backend="sim", sim_duration_s=DURATION_S, slaves=slaves)
     return SimRun(cfg).execute()
 
 
@@ -53,6 +54,59 @@ def test_sync_master_loses_no_acknowledged_message_when_its_master_is_lost(
         o = run_outcome(run_dir)
         assert o.acked > 0, seed
         assert (o.acked_lost_master, o.acked_lost_failover, o.promise_violations) == (0, 0, 0)
+
+
+def test_with_two_slaves_the_third_replica_follows_the_promoted_one(tmp_path: Path) -> None:
+    """--slaves 2, master-lost under SYNC_MASTER: slave1 is promoted, slave2
+    follows it (restarted as its slave, its log against the promoted one's
+    recorded), every acknowledged message survives, and the new master's
+    PUT_OKs each waited for slave2 alone, which ends holding all of them."""
+    run_dir = _run(tmp_path, "master-lost", "SYNC_MASTER", "ASYNC_FLUSH", 1, slaves=2)
+    params = load_json_file(os.path.join(run_dir, "params.json"))
+    assert params["nodes"] == [{"name": "slave1", "role": "SYNC_MASTER"},
+                               {"name": "master", "role": "SLAVE"},
+                               {"name": "slave2", "role": "SLAVE"}]
+    (promote,) = [f for f in read_jsonl(os.path.join(run_dir, "faults.jsonl"))
+                  if f["kind"] == "promote"]
+    assert (promote["node"], promote["detail"]) == ("slave1", "restarted as slaves: slave2")
+    (seen,) = [o for o in read_jsonl(os.path.join(run_dir, "observations.jsonl"))
+               if o["kind"] == "slave_ahead"]
+    assert (seen["master"], seen["slave"], seen["time_ms"]) == (
+        "slave1", "slave2", promote["start_ms"])
+    assert seen["slave_offset"] <= seen["master_offset"]  # slave2 not ahead: it follows
+    o = run_outcome(run_dir)
+    assert (o.acked_lost_master, o.acked_lost_failover, o.acked_stranded,
+            o.promise_violations, o.evidence_breaches) == (0, 0, 0, 0, 0)
+    assert o.replication == "replication settled"
+    history = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+    after = [h for h in history if h["status"] == "PUT_OK" and h["node"] == "slave1"]
+    assert len(after) > 100  # the load went on to the new master
+    assert {h["evidence"]["by"] for h in after} == {"slave2"}
+    held = {r["msg_id"] for r in read_jsonl(os.path.join(run_dir, "nodes", "slave2",
+                                                          "records.jsonl"))}
+    assert {h["msg_id"] for h in after} <= held
+    ends = [load_json_file(os.path.join(run_dir, "nodes", n, "final.json"))["wrote"]
+            for n in ("slave1", "slave2")]
+    assert ends[0] == ends[1] > seen["master_offset"]
+
+
+def test_the_operator_promotes_the_slave_with_the_longest_log(tmp_path: Path) -> None:
+    """best_slave, the failover scenarios' first promotion: with two slaves
+    the one holding more (the first on a tie; a down one never), so the
+    other can follow it; with one slave, that slave."""
+    for name in scenarios.FAILOVER_MATRIX:
+        assert [s.target for s in scenarios.get(name).steps
+                if s.action is scenarios.Action.PROMOTE][0] == "best_slave"
+    cfg = RunConfig(scenario=scenarios.get("master-lost"), role="SYNC_MASTER",
+                    flush="ASYNC_FLUSH", seed=1, out_dir=str(tmp_path), backend="sim", slaves=2)
+    run = RunBase(cfg, lambda _line: None)
+    assert run._targets("best_slave", {"slave1": 10, "slave2": 20}.get) == ["slave2"]
+    assert run._targets("best_slave", {"slave1": 20, "slave2": 20}.get) == ["slave1"]
+    assert run._targets("best_slave", {"slave2": 5}.get) == ["slave2"]  # slave1 down
+    one = RunBase(RunConfig(scenario=scenarios.get("master-lost"), role="SYNC_MASTER",
+                            flush="ASYNC_FLUSH", seed=1, out_dir=str(tmp_path / "one"),
+                            backend="sim"), lambda _line: None)
+    assert one._targets("best_slave", {"slave1": 0}.get) == ["slave1"]
 
 
 def test_async_master_loses_some_acknowledged_messages_in_some_seeds(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from chaos.check.run_dirs import (
     load_runs,
     void_until,
 )
+from chaos.check.summary import run_outcome
 from chaos.report.pipeline import NoRunsError, _run_query, build_report, checker_query
 from chaos.schema import validate_run_dir
 
@@ -133,6 +134,39 @@ def test_same_offset_different_bytes_is_divergence(fixture_report: Any) -> None:
     assert _verdict(fixture_report, "loss-async-sync")["divergent_records"] == 0
 
 
+def test_split_brain_acks_and_where_the_old_and_new_master_part(fixture_report: Any
+                                                                ) -> None:
+    """The planted isolated-master run (pipeline_fixtures.failover_run): two
+    PUT_OKs from m after s was promoted, three records diverging from offset
+    100; the report says so per mode, and the run's own outcome agrees."""
+    v = _verdict(fixture_report, "split-brain")
+    assert _figures(v, "split_brain_acks divergent_records first_divergent_offset "
+                       "acked_lost_master acked_lost_failover allowed_loss acked_stranded "
+                       "promise_violations") == {
+        "split_brain_acks": 2, "divergent_records": 3, "first_divergent_offset": 100,
+        "acked_lost_master": 3, "acked_lost_failover": 3, "allowed_loss": 3,
+        "acked_stranded": 0, "promise_violations": 0}
+    assert run_outcome(v["run_dir"]).split_brain_acks == 2
+    # No failover, no split brain, in every other run.
+    others = fixture_report.verdicts[fixture_report.verdicts["run_id"] != "split-brain"]
+    assert (others["split_brain_acks"] == 0).all()
+    c = fixture_report.comparison.set_index("scenario").loc["isolated-master"]
+    assert (c["split_brain_runs"], c["split_brain_acks"]) == (1, 2)
+    with open(os.path.join(fixture_report.out_dir, "report.md"), encoding="utf-8") as f:
+        md = f.read()
+    section = md[md.index("## After a failover"):md.index("## Reading this report")]
+    assert ("| ASYNC_MASTER + ASYNC_FLUSH | isolated-master | [split brain 1/1 runs "
+            "(21–100 %) · 2 acks in all; diverged 1/1 runs (21–100 %) · 3 records in all; "
+            "first divergent at 100 (seed 1)](runs/split-brain.html) |") in section, section
+    with open(os.path.join(fixture_report.out_dir, "runs", "split-brain.html"),
+              encoding="utf-8") as f:
+        page = f.read()
+    assert ("split brain</td><td>2 PUT_OKs answered by a node the route no longer named "
+            "as master") in page
+    assert "3 records the master and another node hold differently, the first at offset 100" \
+        in page
+
+
 def test_one_id_at_two_offsets_is_a_duplicate(fixture_report: Any) -> None:
     v = _verdict(fixture_report, "dup")
     assert _figures(v, "duplicates duplicate_records indeterminate indeterminate_found "
@@ -217,7 +251,7 @@ def test_lost_message_ids_are_named_with_offsets(fixture_report: Any) -> None:
 
 def test_comparison_one_row_per_mode_and_scenario(fixture_report: Any) -> None:
     c = fixture_report.comparison
-    assert len(c) == 9
+    assert len(c) == 10
     row = c[(c["scenario"] == "timing")].iloc[0].to_dict()
     assert _figures(row, "role flush runs puts acked failed_put_share put_ok_p50_us "
                          "acked_lost_master promise_violations indeterminate") == {
@@ -249,7 +283,7 @@ def test_tables_and_report_are_written(fixture_report: Any) -> None:
     verdicts = pd.read_parquet(os.path.join(out, "verdicts.parquet"))
     assert set(verdicts["run_id"]) == {
         "loss-async-sync", "loss-async-async", "loss-sync-sync", "loss-sync-async-slave-kept",
-        "diverge", "dup", "trust", "void", "timing", "timing-2"}
+        "diverge", "dup", "trust", "void", "timing", "timing-2", "split-brain"}
     assert {"seed", "backend", "crash_model", "slave_ahead_policy"} <= set(verdicts.columns)
     for plot in ("plots/outcomes", "plots/slave_ahead", "runs/diverge"):
         with open(os.path.join(out, f"{plot}.png"), "rb") as f:
@@ -276,7 +310,7 @@ def test_tables_and_report_are_written(fixture_report: Any) -> None:
     assert "| mode | scenario | slave_ahead_policy | runs | puts | failed |" in md
     assert "### SYNC_MASTER + SYNC_FLUSH" in md
     assert "![Outcome of every put, per mode and backend](plots/outcomes.png)" in md
-    assert "10 runs reported (local 10); 4 runs broke a promise." in md
+    assert "11 runs reported (local 11); 4 runs broke a promise." in md
     assert ("**2 acknowledged messages broke the mode's promise** in 2 runs (disk, loss)."
             in md)
     with open(os.path.join(out, "report.html"), encoding="utf-8") as f:

@@ -281,3 +281,29 @@ def test_restart_in_place_beside_fail_over_per_mode_and_backend() -> None:
     # A mode with failover runs only says so, not zero.
     assert rows[("SYNC_MASTER + SYNC_FLUSH", "sim")][0] == "–"
     assert rows[("SYNC_MASTER + SYNC_FLUSH", "sim")][1].startswith("lost 0/1 runs")
+
+
+def test_after_a_failover_split_brain_and_divergence_per_mode_and_scenario() -> None:
+    """Split-brain acks as k/n runs with the interval and in all; the runs
+    that diverged and where each one's logs part, by seed, the first few."""
+    assert answer.failover_table(_verdicts(_run("r1", "sim"))) is None  # no failover run
+    asy = {"role": "ASYNC_MASTER", "flush": "ASYNC_FLUSH", "scenario": "isolated-master"}
+    runs = [_run(f"i{seed}", "sim", seed=seed, split_brain_acks=seed % 2 * 3,
+                 divergent_records=seed, first_divergent_offset=1000 * seed, **asy)
+            for seed in (5, 4, 3, 2, 1)]
+    runs.append(_run("i6", "sim", seed=6, split_brain_acks=0, divergent_records=0,
+                     first_divergent_offset=None, **asy))
+    runs.append(_run("l1", "local", seed=1, split_brain_acks=0, divergent_records=0,
+                     first_divergent_offset=None, **asy))
+    table = answer.failover_table(_verdicts(*runs))
+    assert table is not None and table.header == ["mode", "scenario", "sim", "local"]
+    (row,) = table.rows
+    sim, local = row[2].split("\n"), row[3].split("\n")
+    assert sim[0] == "split brain 3/6 runs (19–81 %) · 9 acks in all"
+    assert sim[1] == "diverged 5/6 runs (44–97 %) · 15 records in all"
+    assert sim[2] == ("first divergent at 1,000 (seed 1), 2,000 (seed 2), 3,000 (seed 3), "
+                      "4,000 (seed 4) and 1 more")
+    assert local == ["split brain 0/1 runs (0–79 %) · 0 acks in all",
+                     "diverged 0/1 runs (0–79 %) · 0 records in all"]
+    assert table.links is not None and table.links[0][2:] == [
+        "#runs-async-master-async-flush-isolated-master", "runs/l1.html"]

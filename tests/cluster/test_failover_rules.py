@@ -62,6 +62,20 @@ def test_promote_takes_the_old_masters_modes_and_the_others_follow() -> None:
     assert route_of(s) == Route(master="slave1", address="127.0.0.1:7001", since_ms=9, epoch=2)
 
 
+def test_a_cut_link_to_the_old_master_does_not_cut_the_link_to_the_new_one() -> None:
+    """The master cut off from both slaves (an isolated master), slave2
+    promoted: slave1's proxy now leads to slave2 and is whole, as the sim's
+    partition of the pair master-slave1 leaves slave1-slave2 alone."""
+    s = state()
+    for name in ("slave1", "slave2"):
+        s["proxies"][name]["cut"] = True
+    plan = plan_promote(s, "slave2", running={"master", "slave1", "slave2"}, now_ms=9,
+                        free_port=ports())
+    assert s["proxies"]["slave1"] == {"port": 7101, "target": "127.0.0.1:7002", "pid": None,
+                                      "start_time": None, "cut": False}
+    assert "slave1" in plan.retarget
+
+
 def test_promote_with_given_modes_restarts_a_running_old_master_as_a_slave() -> None:
     s = state(slaves=1)
     plan = plan_promote(s, "slave1", running={"master", "slave1"}, now_ms=9,

@@ -57,10 +57,11 @@ def make_run(
     policy: str = "reject", crash_model: str = "power", seed: int = 1,
     faults: Sequence[Mapping[str, Any]] = (), observations: Sequence[Mapping[str, Any]] = (),
     final: Mapping[str, Mapping[str, Any]] | None = None, backend: str = "local",
-    duration_ms: int = 10_000,
+    duration_ms: int = 10_000, params: Mapping[str, Any] | None = None,
 ) -> str:
     """Write one run directory; `records` maps node name -> its records, the
-    first name being the master. Returns the directory."""
+    first name being the master (after a failover: the master at the end);
+    `params`: more of params.json (e.g. first_master). Returns the directory."""
     run_dir = os.path.join(root, run_id)
     names = list(records)
     os.makedirs(run_dir, exist_ok=True)
@@ -71,7 +72,7 @@ def make_run(
         "nodes": [{"name": n, "role": role if i == 0 else "SLAVE"}
                   for i, n in enumerate(names)],
         "failpoints": {}, "versions": {"dlab": "test"},
-        "started_ms": T0, "ended_ms": T0 + duration_ms,
+        "started_ms": T0, "ended_ms": T0 + duration_ms, **(params or {}),
     })
     write_jsonl(os.path.join(run_dir, "history.jsonl"), history)
     write_jsonl(os.path.join(run_dir, "faults.jsonl"), faults)
@@ -187,6 +188,7 @@ def fixture_runs(root: str) -> None:
         records={"m": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")],
                  "s": [rec(0, "b"), rec(100, "a"), rec(200, "c"), rec(300, "d")]},
     )
+    failover_run(root)
     # A second run of the same mode and scenario, for the comparison.
     # The slave paused at 20 ms, and no put succeeded after: unwritable
     # until the end (no promise of the mode involves the slave).
@@ -197,3 +199,30 @@ def fixture_runs(root: str) -> None:
         records={"m": [rec(0, "a"), rec(100, "b")], "s": [rec(0, "a")]},
         faults=[fault(1, "pause", "s", 20, 40)],
     )
+
+
+def failover_run(root: str) -> str:
+    """An isolated master (ASYNC_MASTER + ASYNC_FLUSH): m is cut off from s
+    at 1000, s promoted at 3000, the link healed at 4000. m acknowledged m1
+    (replicated) and m2 (cut off) as master, then m3 and m4 after the
+    promotion: two split-brain acks. s, the master at the end, wrote n1..n4
+    from offset 100 on, where m holds m2..m4: three records diverge, the
+    first at offset 100. m2..m4 are lost by failover (allowed: nothing was
+    promised), not stranded (s ends past m)."""
+    def on(node: str, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "node": node}
+
+    return make_run(
+        root, "split-brain", role="ASYNC_MASTER", flush="ASYNC_FLUSH",
+        scenario="isolated-master", params={"first_master": "m"},
+        history=[op(1, "m1", 0), op(2, "m2", 100, at=1500), op(3, "m3", 200, at=3200),
+                 op(4, "m4", 300, at=3300, producer=1),
+                 on("s", op(5, "n1", 100, at=3100, producer=2)),
+                 on("s", op(6, "n2", 200, at=3400, producer=2)),
+                 on("s", op(7, "n3", 300, at=3500, producer=2)),
+                 on("s", op(8, "n4", 400, at=3600, producer=2))],
+        records={"s": [rec(0, "m1"), rec(100, "n1"), rec(200, "n2"), rec(300, "n3"),
+                       rec(400, "n4")],
+                 "m": [rec(0, "m1"), rec(100, "m2"), rec(200, "m3"), rec(300, "m4")]},
+        faults=[fault(1, "partition", "m", 1000, 4000), fault(2, "promote", "s", 3000, 3000),
+                fault(3, "heal", "m", 4000, 4000)])
