@@ -2,8 +2,9 @@
 real Docker engine: the master killed and its slave promoted (a new
 container with the same bind-mounted store), the other slave following it,
 clients following the route to its published address, the old master
-rejoining as a slave; a machine lost and replaced with an empty store; and
-every refusal as exit 2 with its reason.
+rejoining as a slave; a machine lost and replaced with an empty store;
+every refusal as exit 2 with its reason; and one failover scenario run end
+to end by the chaos harness, as `dlab chaos run --backend compose` runs it.
 
 The clusters come up through the backend with one CheckedImages for the
 module, so the default node image (the tag the other compose tests use) is
@@ -20,10 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.chaos_runs import SMALL
 from support.cli_helpers import dlab, fails, ok
 from support.compose_support import needs_engine, one_engine_user
 from support.ha_helpers import FAST, wait_until
 
+from chaos.check.summary import run_outcome
+from chaos.harness import scenarios
+from chaos.harness.run_config import Backend, RunConfig
+from chaos.matrix.launch import make_run
+from chaos.schema import read_jsonl
 from cluster.backends.compose import ComposeBackend
 from cluster.backends.image import CheckedImages
 from cluster.backends.interface import BackendError, ClusterSpec, NodeSpec
@@ -32,6 +39,7 @@ from cluster.client.routing import RoutedClient, RouteSource
 from cluster.node.auth import generate_token
 from cluster.node.role import Role
 from ha.config import SlaveAheadPolicy
+from store.config import FlushMode
 
 pytestmark = [pytest.mark.timeout(600), needs_engine, one_engine_user]
 
@@ -171,3 +179,37 @@ def test_lose_and_rejoin_a_replacement_and_every_refusal(compose_dir: str) -> No
     assert {o.msg_id for o in first} <= set(records(b, "slave1"))
     with pytest.raises(BackendError, match="it is running"):
         b.rejoin("slave1")
+
+
+@pytest.mark.slow
+def test_a_master_lost_chaos_run_on_compose_promotes_the_slave_and_loses_no_ack(
+        tmp_path: Path) -> None:
+    """`dlab chaos run --backend compose --scenario master-lost` under
+    SYNC_MASTER, end to end: the master dies inside a put and is lost, the
+    slave is promoted, the producers follow the route to it, and the judged
+    run loses no acknowledged message (the promoted slave held every
+    PUT_OK, as the mode promised)."""
+    cfg = RunConfig(scenario=scenarios.get("master-lost"), role=Role.SYNC_MASTER,
+                    flush=FlushMode.ASYNC_FLUSH, seed=1, out_dir=str(tmp_path),
+                    backend=Backend.COMPOSE, workload=SMALL)
+    run = make_run(cfg, images=IMAGES)
+    run_dir = run.execute()
+
+    faults = read_jsonl(os.path.join(run_dir, "faults.jsonl"))
+    assert [f["kind"] for f in faults] == ["failpoint", "lose", "promote"], faults
+    promote = faults[-1]
+    assert (promote["node"], promote["peer"]) == ("slave1", "master")
+    assert promote["end_ms"] is not None and "refused" not in (promote["detail"] or "")
+    params = json.loads(Path(run_dir, "params.json").read_text())
+    assert params["nodes"][0] == {"name": "slave1", "role": "SYNC_MASTER"}
+    history = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+    answered_by = {h["node"] for h in history if h["status"] != "INDETERMINATE"}
+    assert {"master", "slave1"} <= answered_by  # the producers followed the route
+
+    outcome = run_outcome(run_dir)
+    assert outcome.acked > 50
+    assert (outcome.acked_lost_everywhere, outcome.acked_lost_failover,
+            outcome.promise_violations, outcome.split_brain_acks) == (0, 0, 0, 0), outcome
+    # the lost master's store is read back from where it was moved
+    assert Path(run_dir, "nodes", "master", "records.jsonl").stat().st_size > 0
+    assert not Path(run.cluster_dir, "cluster.json").exists()  # the cluster is down
