@@ -546,7 +546,9 @@ class ComposeBackend(FailoverSteps):
 
     def _cut_off_from(self, state: dict[str, Any], name: str) -> frozenset[str]:
         # partition() takes a slave off the replication network: cut off
-        # from its master.
+        # from its master. An unknown name is refused here, before promote's
+        # rules would (the state has no entry to read).
+        check_name(state, name)
         return frozenset({state["master"]}) if state["nodes"][name].get("partitioned") \
             else frozenset()
 
