@@ -136,6 +136,36 @@ def test_promote_moves_the_route_and_every_ack_is_on_the_new_master(compose_dir:
     assert status(d)["master"]["status"]["master"]["state"] == "streaming"  # type: ignore[index]
 
 
+def test_a_cut_follower_follows_the_new_master_while_the_cut_off_one_runs_on(
+        compose_dir: str) -> None:
+    """An isolated master's two slaves: promoting one leaves the old master
+    running as a master (cut off) and the other slave's link leads to the
+    new master whole, as on local (docs/design.md, "Failover")."""
+    d = compose_dir
+    b = up(d, role=Role.SYNC_MASTER, slaves=2)
+    before = send(d, 10, "before")
+    assert {o.status for o in before} == {"PUT_OK"}
+    for s in ("slave1", "slave2"):
+        ok("cluster", "partition", "master", s, "--dir", d)
+
+    out = json.loads(ok("cluster", "promote", "slave1", "--dir", d, "--json"))
+    assert out["node"]["cut_off"] == ["master"], out
+    assert out["node"]["links"]["slave2"].startswith("connected"), out
+    assert b.node("master").state == "running"  # left as it was: a second master
+    # SYNC_MASTER: each ack needs slave2's, so slave2 replicates from slave1.
+    after = send(d, 10, "after")
+    assert {o.status for o in after} == {"PUT_OK"}, [o.detail for o in after]
+    wait_until(lambda: wrote(b, "slave2") == wrote(b, "slave1"), 30, "slave2 caught up")
+    assert records(b, "slave2") == records(b, "slave1")
+
+    # Stopped, the old master rejoins as slave1's slave and catches up.
+    ok("cluster", "stop", "master", "--dir", d)
+    out = json.loads(ok("cluster", "rejoin", "master", "--dir", d, "--json"))
+    assert out["node"]["link"].startswith("connected"), out
+    wait_until(lambda: wrote(b, "master") == wrote(b, "slave1"), 30, "old master caught up")
+    assert records(b, "master") == records(b, "slave1")
+
+
 def test_lose_and_rejoin_a_replacement_and_every_refusal(compose_dir: str) -> None:
     d = compose_dir
     b = up(d, role=Role.ASYNC_MASTER, slaves=1)
