@@ -222,8 +222,7 @@ def test_a_master_lost_chaos_run_on_compose_promotes_the_slave_and_loses_no_ack(
     cfg = RunConfig(scenario=scenarios.get("master-lost"), role=Role.SYNC_MASTER,
                     flush=FlushMode.ASYNC_FLUSH, seed=1, out_dir=str(tmp_path),
                     backend=Backend.COMPOSE, workload=SMALL)
-    run = make_run(cfg, images=IMAGES)
-    run_dir = run.execute()
+    run_dir = make_run(cfg, images=IMAGES).execute()
 
     faults = read_jsonl(os.path.join(run_dir, "faults.jsonl"))
     assert [f["kind"] for f in faults] == ["failpoint", "lose", "promote"], faults
@@ -242,4 +241,4 @@ def test_a_master_lost_chaos_run_on_compose_promotes_the_slave_and_loses_no_ack(
             outcome.promise_violations, outcome.split_brain_acks) == (0, 0, 0, 0), outcome
     # the lost master's store is read back from where it was moved
     assert Path(run_dir, "nodes", "master", "records.jsonl").stat().st_size > 0
-    assert not Path(run.cluster_dir, "cluster.json").exists()  # the cluster is down
+    assert not Path(run_dir, "cluster", "cluster.json").exists()  # the cluster is down
