@@ -499,7 +499,10 @@ class ComposeBackend(FailoverSteps):
         with self._locked():
             state = self._load()
             slave = self._link(state, a, b)
-            if state["nodes"][slave]["partitioned"]:
+            # An old master a promotion left running is off the network too
+            # (_leave_repl) though no link of it was cut.
+            if state["nodes"][slave]["partitioned"] or (
+                    self._is_running(state, slave) and not self._on_repl(state, slave)):
                 self._set_link(state, slave, cut=False)
             state["nodes"][slave]["partitioned"] = False
             self._save(state)
@@ -543,7 +546,9 @@ class ComposeBackend(FailoverSteps):
 
     def _cut_off_from(self, state: dict[str, Any], name: str) -> frozenset[str]:
         # partition() takes a slave off the replication network: cut off
-        # from its master.
+        # from its master. An unknown name is refused here, before promote's
+        # rules would (the state has no entry to read).
+        check_name(state, name)
         return frozenset({state["master"]}) if state["nodes"][name].get("partitioned") \
             else frozenset()
 
@@ -553,8 +558,16 @@ class ComposeBackend(FailoverSteps):
         plan = decide_promote(state, name, running=running, now_ms=now_ms, role=role,
                               flush=flush, cut_off=cut_off)
         # The master's link is not cut: it is recreated on the replication
-        # network with the alias (a partitioned follower stays cut off).
-        state["nodes"][name]["partitioned"] = False
+        # network with the alias. A follower's cut was of its link to the old
+        # master; its link to the new one starts whole, as on local
+        # (failover.follow_through_proxy): _switch_roles puts a running one
+        # back on the network, a stopped one gets a new container (on it)
+        # at its next start.
+        for n in (name, *plan.followers):
+            entry = state["nodes"][n]
+            if entry["partitioned"] and n != name and n not in running:
+                self._spec_changed(entry)
+            entry["partitioned"] = False
         # A node whose role changed but does not restart now (an old master
         # that is down) gets a new container, with a slave's command line,
         # at its next start: the one it has would start it as a master.
@@ -563,12 +576,43 @@ class ComposeBackend(FailoverSteps):
         return plan
 
     def _switch_roles(self, state: dict[str, Any], plan: Promotion, name: str) -> None:
+        # An old master left running (cut off) leaves the replication
+        # network first, so that `repl-master` names the new master alone:
+        # the followers' next streams must not resolve it to the old one.
+        for n in plan.cut_off:
+            self._leave_repl(state, n)
         for n in plan.restart:
             container = self._container(state, n)
             if container is not None and container.status in ("running", "paused"):
                 self._stop_container(container, n)
         if plan.restart:
             self._recreate(state, *plan.restart)
+        for n in plan.followers:  # a follower cut off the network rejoins it
+            if n not in plan.cut_off and n not in plan.restart and self._is_running(state, n) \
+                    and not self._on_repl(state, n):
+                self._set_link(state, n, cut=False)
+
+    def _on_repl(self, state: dict[str, Any], name: str) -> bool:
+        container = self._container(state, name)
+        networks = container.attrs["NetworkSettings"]["Networks"] if container else {}
+        return f"{state['project']}-repl" in networks
+
+    def _leave_repl(self, state: dict[str, Any], name: str) -> None:
+        """Take running node `name` (an old master left running, cut off)
+        off the replication network: `repl-master` then names the new
+        master alone, and no stream a follower had with it can resume when
+        the follower is back on the network. It is back on the network at
+        a heal of its link or when its container is next created."""
+        from docker.errors import APIError
+
+        container = self._container(state, name)
+        if container is None or not self._on_repl(state, name):
+            return
+        try:
+            self._docker().networks.get(f"{state['project']}-repl").disconnect(container)
+        except APIError as exc:
+            raise BackendError(f"cannot take {name} off the replication network: "
+                               f"{exc.explanation or exc}") from None
 
     def _recreate(self, state: dict[str, Any], *names: str) -> None:
         """New containers for `names` from the compose file as the state
