@@ -82,12 +82,9 @@ class RunBase:
         if target == "best_slave":
             assert end_of is not None, "best_slave needs the slaves' end offsets"
             live = [s for s in self.slaves if s not in self.lost]
-            ends: dict[str, int] = {}
-            for s in live:
-                end = end_of(s)
-                ends[s] = -1 if end is None else end  # down: never preferred
+            ends = self._slave_ends(end_of)  # a slave down has none: never preferred
             # The longest log; the first such slave on a tie (max keeps the first).
-            return [max(live, key=ends.__getitem__)] if live else [self.slaves[0]]
+            return [max(live, key=lambda s: ends.get(s, -1))] if live else [self.slaves[0]]
         if target == "consumer":
             return [CONSUMER_NODE]
         if target == "master":

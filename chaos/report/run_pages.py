@@ -38,6 +38,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from chaos.check.run_dirs import RunInfo
+from chaos.report.blocks import plural
 from chaos.schema import read_jsonl
 from store.status import INDETERMINATE, PutStatus
 
@@ -449,8 +450,8 @@ def _facts(run: RunInfo, v: dict[str, Any], sec: str, ms: str) -> list[tuple[str
 
 def _split_brain_fact(v: dict[str, Any]) -> str:
     n = int(v.get("split_brain_acks") or 0)
-    return (f"{n:,} PUT_OK{'' if n == 1 else 's'} answered by a node the route no longer named "
-            "as master" if n else "none")
+    return (plural(n, "PUT_OK") + " answered by a node the route no longer named as master"
+            if n else "none")
 
 
 def _divergence_fact(v: dict[str, Any]) -> str:
@@ -459,8 +460,7 @@ def _divergence_fact(v: dict[str, Any]) -> str:
     if not n:
         return "none"
     where = "" if first is None or pd.isna(first) else f", the first at offset {int(first):,}"
-    return (f"{n:,} record{'' if n == 1 else 's'} the master and another node hold differently"
-            + where)
+    return plural(n, "record") + " the master and another node hold differently" + where
 
 
 def _lost_section(v: dict[str, Any], lost: pd.DataFrame | None) -> list[str]:

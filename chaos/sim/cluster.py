@@ -275,10 +275,14 @@ class SimCluster:
         loop.call_at = call_at  # type: ignore[method-assign,assignment]
 
     # ------------------------------------------------------------ lifecycle
-    async def start(self, name: str) -> bool:
-        """Start (recover) a node; False when its store refused to open."""
+    async def start(self, name: str, start_s: float = 0.0) -> bool:
+        """Start (recover) a node, its process taking `start_s` to start (a
+        machine's, measured; 0: at once), the node down meanwhile; False
+        when its store refused to open."""
         n = self.nodes[name]
         assert n.state is not NodeState.RUNNING, name
+        if start_s:
+            await asyncio.sleep(start_s)
         n.incarnation += 1
         n.calls = {}
         n.busy_until = 0.0
@@ -453,18 +457,14 @@ class SimCluster:
             self.reconfigure(other, spec if other == name else follower_spec(other),
                              None if other == name else name)
         await self.stop(name)
-        if start_s:
-            await asyncio.sleep(start_s)
-        if not await self.start(name):
+        if not await self.start(name, start_s):
             return []
         followers = [o for o, on in self.nodes.items() if o != name
                      and on.state is NodeState.RUNNING and not self.partitioned(o, name)
                      and not self.partitioned(name, o)]
         for other in followers:
             await self.stop(other)
-            if start_s:
-                await asyncio.sleep(start_s)
-            await self.start(other)
+            await self.start(other, start_s)
         return followers
 
     def lose(self, name: str) -> None:
@@ -488,9 +488,7 @@ class SimCluster:
             raise FailoverRefused(f"cannot rejoin {name}: it is running, or the cluster has "
                                   f"no other master to follow (route: {self.master})")
         self.reconfigure(name, spec, self.master)
-        if start_s:
-            await asyncio.sleep(start_s)
-        return await self.start(name)
+        return await self.start(name, start_s)
 
     def export(self, name: str, dest: str) -> None:
         """Write the node's durable disk state as real files under `dest`

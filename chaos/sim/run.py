@@ -404,8 +404,8 @@ class SimRun(RunBase):
             # slave-ahead policy).
             await self._rejoin(cluster, name, t, detail)
             return
-        if self._start_s():
-            await asyncio.sleep(self._start_s())  # the process starting: the node is down
+        if start_s := self._start_s():
+            await asyncio.sleep(start_s)  # the process starting: the node is down
         if name == self.master:
             self._slave_offsets = {s: w for s in self.slaves
                                    if (w := cluster.wrote(s)) is not None}
