@@ -37,6 +37,15 @@ class SlaveAheadPolicy(enum.StrEnum):
     TRUNCATE = "truncate"
 
 
+class HAMode(enum.StrEnum):
+    """Classic master-slave (roles fixed by configuration, promotion by
+    hand), or RocketMQ 5's controller mode (a controller elects the master
+    from the SyncStateSet; ha/autoswitch/, cluster/node/replicas_manager.py)."""
+
+    CLASSIC = "classic"
+    CONTROLLER = "controller"
+
+
 class ShipLimit(enum.StrEnum):
     """How far a master ships: what it wrote, or only what it has flushed."""
 
@@ -69,6 +78,21 @@ class HAConfig:
     reconnect_max_ms: int = 5_000
     # Known RocketMQ bugs re-introduced on purpose (store/emulate.py).
     emulate: frozenset[str] = frozenset()
+    # Controller mode (RocketMQ 5's MessageStoreConfig names and defaults):
+    # a put waits for every SyncStateSet member's ack
+    # (allAckInSyncStateSet), else for in_sync_replicas copies counting the
+    # master's (inSyncReplicas: 1 waits for no slave); a SyncStateSet
+    # smaller than min_in_sync_replicas refuses puts at once.
+    ha_mode: HAMode = HAMode.CLASSIC
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    # A broker's heartbeat to the controller (brokerHeartbeatInterval).
+    controller_heartbeat_ms: int = 1_000
+    # A member that has not caught up for this long leaves the SyncStateSet
+    # (haMaxTimeSlaveNotCatchup); the master checks this often.
+    max_time_slave_not_catchup_ms: int = 15_000
+    sync_state_set_check_ms: int = 5_000
 
     def validate(self) -> HAConfig:
         def need(ok: bool, msg: str) -> None:
@@ -96,6 +120,18 @@ class HAConfig:
         need(self.max_gap_not_in_sync_bytes >= 1, "ha max gap must be at least 1 byte")
         need(1 <= self.reconnect_min_ms <= self.reconnect_max_ms,
              "reconnect backoff needs 1 <= min <= max (ms)")
+        need(isinstance(self.ha_mode, HAMode), "ha mode must be classic or controller")
+        need(isinstance(self.all_ack_in_sync_state_set, bool),
+             "all_ack_in_sync_state_set must be true or false")
+        need(1 <= self.in_sync_replicas <= 64,
+             "--in-sync-replicas must be between 1 and 64 (copies, the master's included)")
+        need(1 <= self.min_in_sync_replicas <= 64,
+             "--min-in-sync-replicas must be between 1 and 64 (copies, the master's "
+             "included)")
+        need(self.controller_heartbeat_ms >= 10,
+             "the controller heartbeat interval must be at least 10 ms")
+        need(self.max_time_slave_not_catchup_ms >= 1 and self.sync_state_set_check_ms >= 1,
+             "the SyncStateSet check interval and catch-up time must be at least 1 ms")
         unknown = sorted(set(self.emulate) - set(SWITCHES))
         need(not unknown, f"emulate: unknown bug(s) {', '.join(unknown)}")
         return self

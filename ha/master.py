@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from ha import frames, sync_master
+from ha.autoswitch.acks import AckQuorum, quorum_acked
 from ha.config import SLAVE_NAME_MAX_LENGTH, HAConfig, ShipLimit
 from ha.session import (
     Accept,
@@ -90,6 +91,9 @@ class _Stream:
     truncate_sent: int | None = None
     context: MasterStream | None = None  # the call: is it over?
     incarnation: str = ""  # the slave process's id (its first report)
+    # The master's end and the time when a range was last shipped on this
+    # stream (RocketMQ 5's lastMasterMaxOffset / lastTransferTimeMs).
+    last_transfer: tuple[int, float] | None = None
 
     def close_with(self, code: grpc.StatusCode, reason: str) -> None:
         if self.close is None:
@@ -119,6 +123,13 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         # never lowered, not reset when a stream ends, and what SYNC_MASTER
         # waits compare against while any stream is connected.
         self._push2slave_max: int | None = None
+        # Controller mode (ha/autoswitch/acks.py): how many of whose acks a
+        # put waits for; None: classic (the best ack of any slave).
+        self.quorum: AckQuorum | None = None
+        # When each slave last caught up (monotonic s): its ack reached what
+        # the master had written when it shipped the range before
+        # (AutoSwitchHAConnection's lastCatchUpTimeMs). Kept while away.
+        self.caught_up_at: dict[str, float] = {}
 
     # ------------------------------------------------------ put-side API
     def notify_appended(self) -> None:
@@ -127,7 +138,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             s.wake.set()
 
     def best_acked(self) -> int | None:
-        """The highest acked offset over established streams (None: no slave)."""
+        """The highest acked offset over established streams (None: no slave).
+        In controller mode, the offset the put's quorum of slaves has all
+        acknowledged (ha/autoswitch/acks.py)."""
+        if self.quorum is not None:
+            return quorum_acked({a.slave: a.acked for a in self.acks()}, self.quorum)
         best: int | None = None
         for s in self._streams.values():
             if s.session.established and s.close is None:
@@ -182,6 +197,12 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                                 PutStatus.FLUSH_SLAVE_TIMEOUT)
         fut.add_done_callback(lambda _f: timer.cancel())
         return fut
+
+    def set_quorum(self, quorum: AckQuorum | None) -> None:
+        """Controller mode: what puts wait for from now on (the SyncStateSet
+        changed); waiters it already covers are released."""
+        self.quorum = quorum
+        self._acked_advanced()
 
     def _acked_advanced(self) -> None:
         best = self.best_acked()
@@ -387,6 +408,11 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                 log.warning("slave %s: %s", stream.session.slave, link.detail)
             if self.config.emulate & {RMQ_3349, RMQ_3015}:
                 self._push2slave_max = max(self._push2slave_max or 0, decision.acked)
+            caught_up = (stream.last_transfer if stream.last_transfer is not None
+                         else (self.log.wrote, now))
+            if decision.acked >= caught_up[0]:
+                self.caught_up_at[stream.session.slave] = max(
+                    caught_up[1], self.caught_up_at.get(stream.session.slave, caught_up[1]))
             self._acked_advanced()
         elif isinstance(decision, Close):
             if decision.kind == "ahead":
@@ -458,6 +484,7 @@ class HAMaster(ha_pb2_grpc.HAServicer):
                     stream.close_with(grpc.StatusCode.FAILED_PRECONDITION, why)
                     return
                 session.on_shipped(ship.offset, nxt, now_s=now)
+                stream.last_transfer = (self.log.wrote, now)
                 if stream.link.state == SlaveLink.DIVERGED:
                     stream.link.state, stream.link.detail = SlaveLink.CONNECTED, ""
                 await context.write(frames.encode_range(ship.offset, data, self.log.wrote))
@@ -493,10 +520,12 @@ def _resolve(fut: asyncio.Future[PutStatus], status: PutStatus) -> None:
         fut.set_result(status)
 
 
-def add_to_server(master: HAMaster, server: grpc.aio.Server) -> None:
+def add_to_server(master: Any, server: grpc.aio.Server) -> None:
     """Register the HA service. Not through the generated
     add_HAServicer_to_server: the master writes MasterMessages already
-    encoded (ha/frames.py), so the handler has no response serializer."""
+    encoded (ha/frames.py), so the handler has no response serializer.
+    `master`: an HAMaster, or anything with its Replicate (a controller-mode
+    node's, which hands the stream to whichever HAMaster it has now)."""
     handlers = {"Replicate": grpc.stream_stream_rpc_method_handler(
         master.Replicate, request_deserializer=ha_pb2.Report.FromString,
         response_serializer=None)}

@@ -23,6 +23,7 @@ import contextlib
 import enum
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +88,12 @@ class MasterLinkState:
 class HASlave:
     def __init__(self, store: MessageStore, *, name: str, master_address: str, token: str,
                  config: HAConfig, clock: Clock, failpoints: Failpoints,
-                 connector: HAConnector | None = None, incarnation: str | None = None) -> None:
+                 connector: HAConnector | None = None, incarnation: str | None = None,
+                 on_applied: Callable[[int], object] | None = None) -> None:
         self.store = store
+        # Told the log's new end after each applied range, before the report
+        # (controller mode records the master's epochs there).
+        self.on_applied = on_applied
         # Names this slave process to the master (ha.proto Report.incarnation):
         # its own reconnects supersede a stream the master still holds.
         self.incarnation = incarnation or secrets.token_hex(8)
@@ -265,6 +270,8 @@ class HASlave:
             raise StreamEnded(f"range from the master failed verification, nothing "
                               f"appended: {exc}") from None
         session.applied(new_max)
+        if self.on_applied is not None:
+            self.on_applied(new_max)
         self.failpoints.hit("slave_after_append_before_report")
         self._kick_flush()
 

@@ -11,6 +11,8 @@ CommitLog.handleHA and HAService.isSlaveOK):
    slave only if one is connected and the best acked offset is less than
    `ha_max_gap_not_in_sync` behind the put's end (`slave_ok`); otherwise it
    is SLAVE_NOT_AVAILABLE at once. An ASYNC_MASTER never waits for a slave.
+   A controller-mode master whose quorum waits (ha/autoswitch/acks.py)
+   admits every stored put: its quorum's ack, else FLUSH_SLAVE_TIMEOUT.
 2. The flush wait and the replica wait run in parallel; a batch waits for
    its last put's end (`ReplicaPlan.wait_end`, the flush wait's end).
 3. When the waits are over, each put gets the worse of its two outcomes
@@ -50,6 +52,10 @@ class SyncMasterRules:
     slave_timeout_ms: int
     # --emulate planted-stale-ack (store/emulate.py): wait for the puts' start.
     planted_stale_ack: bool = False
+    # Controller mode (ha/autoswitch/acks.py): every stored put waits for its
+    # quorum of acks (no SLAVE_NOT_AVAILABLE: the SyncStateSet, not the
+    # gap, says who is in sync); `sync_master` is whether the quorum waits.
+    controller: bool = False
 
     @classmethod
     def of(cls, ha: HAConfig, *, sync_master: bool) -> SyncMasterRules:
@@ -83,7 +89,8 @@ def plan_replica_wait(results: Sequence[PutResult], best_acked: int | None,
     if not rules.sync_master:
         return NO_REPLICA_WAIT
     admitted = [r for r in results if r.status is PutStatus.PUT_OK
-                and slave_ok(r.end, best_acked, rules.max_gap_not_in_sync_bytes)]
+                and (rules.controller
+                     or slave_ok(r.end, best_acked, rules.max_gap_not_in_sync_bytes))]
     if rules.planted_stale_ack and admitted:
         # PLANTED FAULT (--emulate planted-stale-ack), not RocketMQ's: the
         # wait is for an ack covering the first put's start, the log's end

@@ -17,6 +17,7 @@ class PutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_ILLEGAL: _ClassVar[PutStatus]
     SERVICE_NOT_AVAILABLE: _ClassVar[PutStatus]
     UNKNOWN_ERROR: _ClassVar[PutStatus]
+    IN_SYNC_REPLICAS_NOT_ENOUGH: _ClassVar[PutStatus]
 
 class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -36,6 +37,7 @@ SLAVE_NOT_AVAILABLE: PutStatus
 MESSAGE_ILLEGAL: PutStatus
 SERVICE_NOT_AVAILABLE: PutStatus
 UNKNOWN_ERROR: PutStatus
+IN_SYNC_REPLICAS_NOT_ENOUGH: PutStatus
 PULL_STATUS_UNSPECIFIED: PullStatus
 FOUND: PullStatus
 NO_MESSAGE_IN_QUEUE: PullStatus
@@ -211,7 +213,7 @@ class MasterLink(_message.Message):
     def __init__(self, address: _Optional[str] = ..., state: _Optional[str] = ..., reported: _Optional[int] = ..., connects: _Optional[int] = ..., last_error: _Optional[str] = ..., last_contact_ms: _Optional[int] = ..., truncations: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("name", "role", "flush_mode", "crash_model", "min_offset", "flushed", "wrote", "slave_ahead_policy", "ha_ship_limit", "slaves", "master", "recovery_json", "failpoint_hits", "pid", "failed", "config_json", "confirmed_offset", "consume_json")
+    __slots__ = ("name", "role", "flush_mode", "crash_model", "min_offset", "flushed", "wrote", "slave_ahead_policy", "ha_ship_limit", "slaves", "master", "recovery_json", "failpoint_hits", "pid", "failed", "config_json", "confirmed_offset", "consume_json", "epochs", "ha_mode", "sync_state_set", "master_epoch")
     class FailpointHitsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +239,10 @@ class NodeStatus(_message.Message):
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONSUME_JSON_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    HA_MODE_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     role: str
     flush_mode: str
@@ -255,7 +261,19 @@ class NodeStatus(_message.Message):
     config_json: str
     confirmed_offset: int
     consume_json: str
-    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., flush_mode: _Optional[str] = ..., crash_model: _Optional[str] = ..., min_offset: _Optional[int] = ..., flushed: _Optional[int] = ..., wrote: _Optional[int] = ..., slave_ahead_policy: _Optional[str] = ..., ha_ship_limit: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[SlaveLink, _Mapping]]] = ..., master: _Optional[_Union[MasterLink, _Mapping]] = ..., recovery_json: _Optional[str] = ..., failpoint_hits: _Optional[_Mapping[str, int]] = ..., pid: _Optional[int] = ..., failed: _Optional[str] = ..., config_json: _Optional[str] = ..., confirmed_offset: _Optional[int] = ..., consume_json: _Optional[str] = ...) -> None: ...
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    ha_mode: str
+    sync_state_set: _containers.RepeatedScalarFieldContainer[str]
+    master_epoch: int
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., flush_mode: _Optional[str] = ..., crash_model: _Optional[str] = ..., min_offset: _Optional[int] = ..., flushed: _Optional[int] = ..., wrote: _Optional[int] = ..., slave_ahead_policy: _Optional[str] = ..., ha_ship_limit: _Optional[str] = ..., slaves: _Optional[_Iterable[_Union[SlaveLink, _Mapping]]] = ..., master: _Optional[_Union[MasterLink, _Mapping]] = ..., recovery_json: _Optional[str] = ..., failpoint_hits: _Optional[_Mapping[str, int]] = ..., pid: _Optional[int] = ..., failed: _Optional[str] = ..., config_json: _Optional[str] = ..., confirmed_offset: _Optional[int] = ..., consume_json: _Optional[str] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., ha_mode: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., master_epoch: _Optional[int] = ...) -> None: ...
+
+class EpochEntry(_message.Message):
+    __slots__ = ("epoch", "start_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_count")

@@ -19,6 +19,10 @@ class PutStatus(enum.StrEnum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # Controller mode: the master's SyncStateSet is smaller than
+    # min_in_sync_replicas, so the put is refused before it is stored
+    # (RocketMQ 5's IN_SYNC_REPLICAS_NOT_ENOUGH).
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
     @property
     def stored(self) -> bool:

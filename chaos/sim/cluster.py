@@ -48,8 +48,10 @@ from typing import Any
 from chaos.harness import sparse
 from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import NO_ROUTE_DETAIL, NO_ROUTE_STATUS, SendOutcome
+from chaos.sim.controller import SimController
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
+from ha.controller.config import ControllerConfig
 from ha.transport.memory import MemoryNetwork
 from ha.transport.streams import Handler, MasterStream
 from store.failpoints import Failpoints
@@ -89,7 +91,7 @@ class SimulatedCrash(BaseException):  # noqa: N818 - a crash, not an error to ha
 
 
 def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = TOKEN,
-                 slaves: tuple[str, ...] = ()) -> NodeConfig:
+                 slaves: tuple[str, ...] = (), controller: str | None = None) -> NodeConfig:
     """The NodeConfig `dlab node` would build from the options a local
     backend gives this spec (so both backends run the same configuration);
     `slaves`: a master's slaves by name."""
@@ -98,7 +100,8 @@ def _node_config(spec: NodeSpec, listen: str, master: str | None, token: str = T
     parser = argparse.ArgumentParser(prog="dlab")
     register_node(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["node", *spec.node_args(
-        data_dir=DATA_DIR, listen=listen, master=master, token_file="-", slaves=slaves)])
+        data_dir=DATA_DIR, listen=listen, master=master, token_file="-", slaves=slaves,
+        controller=controller)])
     cfg: NodeConfig = node_config_from_args(args, token=token)
     # The same store, without write buffers zero-filled at open: memory, not
     # behaviour (buffers are still made as appends need them), and most of
@@ -175,7 +178,8 @@ class SimCluster:
                  slaves: tuple[NodeSpec, ...], disk_faults: DiskFaults,
                  on_crash: Callable[[str], object], *, pausable: bool = False,
                  fsync_rng: random.Random | None = None, token: str = TOKEN,
-                 timings: MachineTimings | None = None) -> None:
+                 timings: MachineTimings | None = None,
+                 controller: ControllerConfig | None = None) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
@@ -204,17 +208,44 @@ class SimCluster:
         if pausable:
             self._install_pause_gate()
         addr = "10.0.0.1:7001"
+        # Controller mode: the controller elects the master and the route
+        # follows it (`master`); each node is configured with every other
+        # as a possible slave.
+        self.controller = (None if controller is None else SimController(
+            loop, self.network, self.clock, MemoryDisk(self.rng, self.disk_faults, self.clock),
+            controller, token=token, owner=OWNER))
         # The route: the node producers send to (None: its master was lost
         # and no slave is promoted yet).
-        self.master: str | None = master.name
+        self._route: str | None = master.name
+        names = (master.name, *(s.name for s in slaves))
         self.nodes: dict[str, SimNode] = {
             master.name: self._sim_node(master, addr, None, tuple(s.name for s in slaves))}
         for i, s in enumerate(slaves):
-            self.nodes[s.name] = self._sim_node(s, f"10.0.0.{i + 2}:7001", addr)
+            self.nodes[s.name] = self._sim_node(
+                s, f"10.0.0.{i + 2}:7001", addr,
+                tuple(o for o in names if o != s.name) if self.controller else ())
+
+    @property
+    def master(self) -> str | None:
+        """The route's master. In controller mode, the controller's master
+        (kept while the controller is down, as a name server's route is)."""
+        if self.controller is not None and self.controller.running:
+            self._route = self.controller.master_name()
+        return self._route
+
+    @master.setter
+    def master(self, name: str | None) -> None:
+        self._route = name
 
     def _sim_node(self, spec: NodeSpec, listen: str, master: str | None,
                   slaves: tuple[str, ...] = ()) -> SimNode:
-        return SimNode(spec.name, spec, _node_config(spec, listen, master, self.token, slaves),
+        if self.controller is not None:
+            from chaos.sim.controller import CONTROLLER_ADDRESS
+
+            config = _node_config(spec, listen, None, self.token, slaves, CONTROLLER_ADDRESS)
+        else:
+            config = _node_config(spec, listen, master, self.token, slaves)
+        return SimNode(spec.name, spec, config,
                        MemoryDisk(self.rng, self.disk_faults, self.clock))
 
     def net_delay(self) -> float:
@@ -391,9 +422,17 @@ class SimCluster:
         if (a, b) not in self._partitions:
             return
         self._partitions.discard((a, b))
-        client = b if self.nodes[a].config.master is None else a
+        client = b if not self._follows(a) else a
         self.network.reset(self.nodes[client].address)
         self.network.heal(self.nodes[a].address, self.nodes[b].address)
+
+    def _follows(self, name: str) -> bool:
+        """The node is a slave: configured as one, or following a master
+        the controller named."""
+        n = self.nodes[name]
+        if n.node is not None and n.config.controller_mode:
+            return n.node.following is not None
+        return n.config.master is not None
 
     def wrote(self, name: str) -> int | None:
         n = self.nodes[name]

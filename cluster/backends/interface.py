@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cluster.node.role import Role
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 
 
@@ -72,10 +72,16 @@ class NodeSpec:
     consumer_offset_persist_interval_ms: int | None = None
     consumer_offset_sync_interval_ms: int | None = None
     extra_args: tuple[str, ...] = ()
+    # Controller mode (RocketMQ 5): the controller elects the master, the
+    # role above is only where the node starts in the backend's plan.
+    ha_mode: HAMode = HAMode.CLASSIC
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
 
     def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str,
                   refusal_file: str | None = None, repair_from: tuple[str, ...] = (),
-                  slaves: tuple[str, ...] = ()) -> list[str]:
+                  slaves: tuple[str, ...] = (), controller: str | None = None) -> list[str]:
         """Arguments after `dlab node` (no secrets on the command line: the
         token is read from a file). `refusal_file`: where the node says why
         it refused to start; `repair_from`: replicas a master repairs from;
@@ -93,7 +99,14 @@ class NodeSpec:
             "--slave-ahead-policy", self.slave_ahead_policy.value,
             "--ha-ship-limit", self.ha_ship_limit.value,
         ]
-        if master:
+        if self.ha_mode is HAMode.CONTROLLER:
+            assert controller, "controller mode: node_args needs the controller's address"
+            args += ["--ha-mode", "controller", "--controller", controller,
+                     "--in-sync-replicas", str(self.in_sync_replicas),
+                     "--min-in-sync-replicas", str(self.min_in_sync_replicas)]
+            if self.all_ack_in_sync_state_set:
+                args += ["--all-ack-in-sync-state-set"]
+        elif master:
             args += ["--master", master]
         if self.failpoints:
             args += ["--failpoints", self.failpoints]

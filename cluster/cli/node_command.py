@@ -55,6 +55,24 @@ def register_node(sub: Any) -> None:
     p.add_argument("--ha-extra-streams", type=int, default=2, metavar="N",
                    help="a master: replication streams at once from names not given by "
                    "--ha-slave; more are refused (default 2)")
+    c = p.add_argument_group(
+        "controller mode (RocketMQ 5's automatic failover; defaults are RocketMQ's)")
+    c.add_argument("--ha-mode", default="classic", choices=["classic", "controller"],
+                   help="classic: --role fixes the role; controller: the controller at "
+                   "--controller elects the master and the node takes the role it is given "
+                   "(default classic)")
+    c.add_argument("--controller", type=address, metavar="HOST:PORT",
+                   help="the controller's address (controller mode)")
+    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
+                   help="a put waits for every SyncStateSet member's ack (default: no)")
+    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="without --all-ack-in-sync-state-set, a put waits for N copies, the "
+                   "master's included (default 1: no slave)")
+    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="a SyncStateSet smaller than N refuses puts with "
+                   "IN_SYNC_REPLICAS_NOT_ENOUGH (default 1)")
+    c.add_argument("--priority", type=int, default=0, metavar="N",
+                   help="election priority among equals, lower preferred (default 0)")
     p.add_argument("--failpoints", default="",
                    help="name=crash|delay:MS@N,... (default: none armed)")
     add_corruption_policy(p)
@@ -121,7 +139,7 @@ def node_config_from_args(args: argparse.Namespace, *, token: str | None = None)
     cluster, chaos/sim/run.py) instead of read from --token-file."""
     from cluster.node.auth import TokenError, read_token_file
     from cluster.node.server import NodeConfig
-    from ha.config import HAConfig
+    from ha.config import HAConfig, HAMode
     from store.config import ConfigError, CorruptionPolicy, CrashModel, FlushMode, StoreConfig
 
     emulate = emulate_arg(args.emulate)
@@ -149,13 +167,15 @@ def node_config_from_args(args: argparse.Namespace, *, token: str | None = None)
         slave_timeout_ms=args.slave_timeout_ms, max_gap_not_in_sync_bytes=args.ha_max_gap_bytes,
         reconnect_min_ms=args.ha_reconnect_min_ms, reconnect_max_ms=args.ha_reconnect_max_ms,
         slaves=frozenset(args.ha_slave), extra_streams=args.ha_extra_streams,
+        ha_mode=HAMode(args.ha_mode), all_ack_in_sync_state_set=args.all_ack_in_sync_state_set,
+        in_sync_replicas=args.in_sync_replicas, min_in_sync_replicas=args.min_in_sync_replicas,
     )
     try:
         return NodeConfig(name=args.name, role=Role(args.role), data_dir=args.data_dir,
                           token=token, listen=args.listen, master=args.master, store=store,
                           ha=ha, failpoints=args.failpoints, repair_from=tuple(args.repair_from),
-                          consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms
-                          ).validate()
+                          consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms,
+                          controller=args.controller, priority=args.priority).validate()
     except ConfigError as exc:
         raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
 

@@ -49,6 +49,16 @@ class PutAnswer:
         self._node = node
         self._rules = rules
 
+    @property
+    def rules(self) -> SyncMasterRules:
+        return self._rules
+
+    def set_rules(self, rules: SyncMasterRules) -> None:
+        """From the next batch on (controller mode: a role or SyncStateSet
+        change); a batch already appended is answered by the rules it was
+        planned with."""
+        self._rules = rules
+
     def __call__(self, batch: PutBatch, results: list[PutResult]) -> None:
         """Wakes the HA shippers, then answers the batch's submitters as the
         mode promises (ha/sync_master.py). A submitter none of whose puts
@@ -64,8 +74,9 @@ class PutAnswer:
         if not ends:
             batch.deliver(results)
             return
-        replicas = ha if self._rules.sync_master else None
-        plan = (plan_replica_wait(results, replicas.best_acked(), self._rules)
+        rules = self._rules
+        replicas = ha if rules.sync_master else None
+        plan = (plan_replica_wait(results, replicas.best_acked(), rules)
                 if replicas is not None else NO_REPLICA_WAIT)
         # The slaves' acks when the replica wait was satisfied: what its
         # answer relied on (the slave may be gone by the time the flush is),
@@ -78,7 +89,7 @@ class PutAnswer:
 
         def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
             try:
-                batch.deliver(self._answer(results, plan, flush_status, replica_status,
+                batch.deliver(self._answer(results, plan, flush_status, replica_status, rules,
                                            seen[0] if seen else None))
             except Exception as exc:
                 batch.fail(results, exc)
@@ -90,7 +101,8 @@ class PutAnswer:
                 elif replica.done():
                     finish(flush_status, replica.result())
                 else:
-                    batch.deliver(self._answer(results, plan, flush_status, PutStatus.PUT_OK),
+                    batch.deliver(self._answer(results, plan, flush_status, PutStatus.PUT_OK,
+                                               rules),
                                   only=lambda mine: answered_before_replica(plan, mine))
                     replica.add_done_callback(lambda f: finish(flush_status, _replica_status(f)))
             except Exception as exc:
@@ -99,8 +111,8 @@ class PutAnswer:
         _flush_wait(store, max(ends), flushed)
 
     def _answer(self, results: list[PutResult], plan: ReplicaPlan, flush_status: PutStatus,
-                replica_status: PutStatus, acks_seen: list[SlaveAck] | None = None
-                ) -> list[PutResult]:
+                replica_status: PutStatus, rules: SyncMasterRules,
+                acks_seen: list[SlaveAck] | None = None) -> list[PutResult]:
         """The outcomes as they stand now, decided by ha/sync_master.py,
         each PUT_OK with its evidence: the positions now, and the slaves'
         acks when the replica wait succeeded (`acks_seen`), else now."""
@@ -114,7 +126,7 @@ class PutAnswer:
         # What the answer relied on, read when it is made (ha/evidence.py).
         acks = (None if ha is None else acks_seen
                 if acks_seen is not None and replica_status is PutStatus.PUT_OK else ha.acks())
-        return with_evidence(answer(results, plan, flush, replica, self._rules),
+        return with_evidence(answer(results, plan, flush, replica, rules),
                              wrote=store.log.wrote, flushed=flush.flushed, acks=acks)
 
 

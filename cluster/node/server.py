@@ -27,7 +27,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import grpc
@@ -47,7 +47,13 @@ from cluster.node.wire import (
     grpc_limit_for,
     peer_host,
 )
-from ha.config import HAConfig
+from ha.autoswitch import acks
+from ha.autoswitch import rejoin as rejoin_rules
+from ha.autoswitch.epoch_file import FILE_NAME as EPOCH_FILE_NAME
+from ha.autoswitch.epoch_file import EpochFile
+from ha.autoswitch.epochs import EpochEntry, EpochList
+from ha.config import HAConfig, HAMode
+from ha.credentials import token_metadata
 from ha.master import HAMaster
 from ha.master import add_to_server as add_ha_to_server
 from ha.slave import HA_CHANNEL_OPTIONS, HASlave
@@ -58,7 +64,7 @@ from store.config import ConfigError, CorruptionPolicy, StoreConfig
 from store.failpoints import Failpoints
 from store.log.record import CorruptRecordError, Message
 from store.seams.clock import Clock, LoopClock, SystemClock
-from store.seams.disk import Disk
+from store.seams.disk import Disk, RealDisk
 from store.seams.flush_executor import FlushExecutor
 from store.status import PutResult, PutStatus
 from store.store import MessageStore
@@ -89,16 +95,36 @@ class NodeConfig:
     # A slave copies its master's consumer offset table this often
     # (RocketMQ's SlaveSynchronize runs every 10 s).
     consumer_offset_sync_interval_ms: int = 10_000
+    # Controller mode (ha.ha_mode): the controller's address. The node
+    # starts with no role; the controller's election makes it the master
+    # or a slave (cluster/node/replicas_manager.py).
+    controller: str | None = None
+    # Controller mode: this broker's election priority (lower is preferred).
+    priority: int = 0
+
+    @property
+    def controller_mode(self) -> bool:
+        return self.ha.ha_mode is HAMode.CONTROLLER
 
     def validate(self) -> NodeConfig:
         if not self.name or len(self.name) > 64 or not self.name.replace("-", "").replace(
                 "_", "").isalnum():
             raise ConfigError(f"node name {self.name!r}: use 1-64 letters, digits, - or _")
-        if self.role == Role.SLAVE and not self.master:
+        if self.controller_mode:
+            if not self.controller:
+                raise ConfigError("--ha-mode controller needs --controller HOST:PORT (the "
+                                  "controller's address)")
+            if self.master:
+                raise ConfigError("--master is for classic mode; in controller mode the "
+                                  "controller tells a slave its master")
+        elif self.controller:
+            raise ConfigError("--controller is for --ha-mode controller")
+        elif self.role == Role.SLAVE and not self.master:
             raise ConfigError("a SLAVE needs --master HOST:PORT (its master's address)")
-        if self.role != Role.SLAVE and self.master:
+        elif self.role != Role.SLAVE and self.master:
             raise ConfigError(f"--master is for slaves; a {self.role.value} has no master")
-        for what, addr in (("--listen", self.listen), ("--master", self.master)):
+        for what, addr in (("--listen", self.listen), ("--master", self.master),
+                           ("--controller", self.controller)):
             if addr is not None:
                 host, sep, port = addr.rpartition(":")
                 if not sep or not host or not port.isdigit() or int(port) > 65535:
@@ -172,6 +198,15 @@ class Node:
         # The store's put path answers with this (given when the store opens).
         self._answer = PutAnswer(self, SyncMasterRules.of(
             config.ha, sync_master=config.role == Role.SYNC_MASTER))
+        # Controller mode: the node starts with no role (a SLAVE following
+        # no one) until the controller's election says (replicas_manager.py).
+        if config.controller_mode:
+            self.role = Role.SLAVE
+        self.epochs: EpochFile | None = None
+        self.master_epoch = 0  # controller mode: the epoch served or followed
+        self.following: str | None = config.master  # a slave's master address
+        self.sync_state_set: frozenset[str] = frozenset()
+        self._role_tasks: list[asyncio.Task[Any]] = []
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -180,8 +215,11 @@ class Node:
         store_cfg = self._open_store()
         assert self.store is not None
         await self.store.start()
+        if self.config.controller_mode:
+            self._open_epochs()
         if self.network is not None:
             self._start_in_memory(self.network)
+            self._start_replicas_manager()
             return
         await self._serve_grpc()
         cfg = self.config
@@ -192,6 +230,7 @@ class Node:
         if store_cfg.emulate:
             log.warning("node %s emulates known RocketMQ bug(s) on purpose: %s", cfg.name,
                         ", ".join(sorted(store_cfg.emulate)))
+        self._start_replicas_manager()
 
     def _open_store(self) -> StoreConfig:
         """Open and recover the store, its put path answering with the
@@ -202,7 +241,8 @@ class Node:
         # it drops what it has flushed from the page cache (StoreConfig).
         store_cfg = cfg.store.with_(store_host=(host if host != "0.0.0.0" else "127.0.0.1",
                                                 int(port)),
-                                    drop_flushed_pages=cfg.role == Role.SLAVE)
+                                    drop_flushed_pages=(cfg.role == Role.SLAVE
+                                                        and not cfg.controller_mode))
         repair_from = cfg.repair_from or ((cfg.master,) if cfg.master else ())
         source = (grpc_repair_source(repair_from, cfg.token)
                   if cfg.store.corruption_policy is CorruptionPolicy.REPAIR and repair_from
@@ -226,7 +266,12 @@ class Node:
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), self.server)
         services = [BROKER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        if self.role != Role.SLAVE:
+        if cfg.controller_mode:
+            # The role comes and goes: the HA service hands each stream to
+            # the HAMaster of the moment, or refuses it.
+            add_ha_to_server(_RoleHA(self), self.server)
+            services.append(HA_SERVICE)
+        elif self.role != Role.SLAVE:
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
             add_ha_to_server(self.ha_master, self.server)  # pre-encoded ranges
@@ -241,7 +286,7 @@ class Node:
             raise NodeStartError(f"cannot listen on {cfg.listen}: the port is in use or the "
                                  "address is not local; choose another --listen")
         await self.server.start()
-        if self.role == Role.SLAVE:
+        if self.role == Role.SLAVE and not cfg.controller_mode:
             self._start_slave()
         for svc in ("", BROKER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -255,6 +300,8 @@ class Node:
         assert store is not None
         self.port = int(cfg.listen.rpartition(":")[2])
         network.serve_calls(cfg.listen, BrokerServicer(self), token=cfg.token)
+        if cfg.controller_mode:
+            return  # the role comes from the controller (become_master / become_slave)
         if self.role != Role.SLAVE:
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
@@ -266,19 +313,23 @@ class Node:
                               wall_ms=self.clock.wall_ms)
 
     def _start_slave(self, *, connector: HAConnector | None = None, stub: Any | None = None,
-                     wall_ms: Callable[[], int] | None = None) -> None:
-        """A slave's HA stream to its master and its copy of the master's
-        consumer offsets (over gRPC unless given a connector and stub)."""
+                     wall_ms: Callable[[], int] | None = None, master: str | None = None,
+                     on_applied: Callable[[int], object] | None = None) -> None:
+        """A slave's HA stream to its master (`master`, else the configured
+        one) and its copy of the master's consumer offsets (over gRPC unless
+        given a connector and stub)."""
         cfg = self.config
-        assert self.store is not None and cfg.master is not None
-        self.ha_slave = HASlave(self.store, name=cfg.name, master_address=cfg.master,
+        master = master or cfg.master
+        assert self.store is not None and master is not None
+        self.ha_slave = HASlave(self.store, name=cfg.name, master_address=master,
                                 token=cfg.token, config=cfg.ha, clock=self.clock,
-                                failpoints=self.failpoints, connector=connector)
+                                failpoints=self.failpoints, connector=connector,
+                                on_applied=on_applied)
         self.ha_slave.start()
         self._offset_sync_state = consume_service.OffsetSyncState()
         self._offset_sync = asyncio.get_running_loop().create_task(
             consume_service.sync_from_master(
-                self.store, cfg.master, cfg.token, cfg.consumer_offset_sync_interval_ms / 1000,
+                self.store, master, cfg.token, cfg.consumer_offset_sync_interval_ms / 1000,
                 self._offset_sync_state, stub=stub, wall_ms=wall_ms))
 
     async def stop(self) -> None:
@@ -288,6 +339,10 @@ class Node:
             return
         self._stopping = True
         log.info("node %s shutting down", self.config.name)
+        for task in self._role_tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         for session in list(self._send_sessions):
             # Stop reading; each call ends once its taken puts are answered
             # (server.stop below waits for that within the grace period).
@@ -324,6 +379,164 @@ class Node:
                           "start runs abnormal recovery, wrote=%d", self.store.close_problem,
                           self.store.log.wrote)
 
+    # ------------------------------------------------------- controller mode
+    def _open_epochs(self) -> None:
+        """The broker's epoch file beside its log (RocketMQ's
+        epochFileCheckpoint), its entries past the recovered log's end
+        dropped (ha/autoswitch/rejoin.py recover)."""
+        store = self.store
+        assert store is not None
+        disk = self.disk or RealDisk()
+        self.epochs = EpochFile(disk, os.path.join(self.config.data_dir, EPOCH_FILE_NAME),
+                                failpoints=self.failpoints, emulate=self.config.store.emulate)
+        if self.epochs.note:
+            log.warning("%s", self.epochs.note)
+        rejoin_rules.recover(store, self.epochs)
+        log.info("epoch file: %s (read from %s)", self.epochs.epochs or "no epochs",
+                 self.epochs.loaded_from)
+
+    def _start_replicas_manager(self) -> None:
+        if not self.config.controller_mode:
+            return
+        from cluster.node.replicas_manager import ReplicasManager
+
+        manager = ReplicasManager(self, self._controller_stub())
+        self._role_tasks.append(asyncio.get_running_loop().create_task(
+            manager.run(), name="replicas-manager"))
+
+    def _controller_stub(self) -> Any:
+        cfg = self.config
+        assert cfg.controller is not None
+        if self.network is not None:
+            return self.network.stub(cfg.listen, cfg.controller)
+        from proto import controller_pb2_grpc
+
+        channel = grpc.aio.insecure_channel(cfg.controller)
+        return controller_pb2_grpc.ControllerStub(channel)
+
+    def _broker_stub(self, address: str) -> Any:
+        if self.network is not None:
+            return self.network.stub(self.config.listen, address)
+        return broker_pb2_grpc.BrokerStub(grpc.aio.insecure_channel(address))
+
+    async def become_master(self, epoch: int, sync_state_set: frozenset[str]) -> None:
+        """Controller mode: serve as master in `epoch` (RocketMQ's
+        changeToMaster): stop following, record (epoch, log end) in the
+        epoch file, durably, then serve the HA side and take puts. The whole
+        log is kept: what it holds past the last shared point is the
+        others' to truncate when they rejoin."""
+        store, epochs = self.store, self.epochs
+        assert store is not None and epochs is not None
+        if self._stopping:
+            return
+        await self._stop_following()
+        epochs.begin_epoch(epoch, store.log.wrote)
+        self.failpoints.hit("become_master_after_epoch")
+        cfg = self.config
+        if self.ha_master is None:
+            self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
+                                      failpoints=self.failpoints)
+            if self.network is not None:
+                self.network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
+        self.master_epoch = epoch
+        self.following = None
+        self.set_sync_state_set(sync_state_set)
+        # The role node status shows: whether puts may wait for a slave.
+        self.role = (Role.SYNC_MASTER if cfg.ha.all_ack_in_sync_state_set
+                     or cfg.ha.in_sync_replicas > 1 else Role.ASYNC_MASTER)
+        log.warning("node %s is the master of epoch %d from log offset %d (epochs %s)",
+                    cfg.name, epoch, store.log.wrote, epochs.epochs)
+
+    def set_sync_state_set(self, members: frozenset[str]) -> None:
+        """Controller mode, on the master: the SyncStateSet the controller
+        holds (names); puts from now on wait for its quorum
+        (ha/autoswitch/acks.py)."""
+        cfg = self.config
+        self.sync_state_set = members
+        quorum = acks.quorum(cfg.ha, cfg.name, members)
+        if self.ha_master is not None:
+            self.ha_master.set_quorum(quorum)
+        self._answer.set_rules(replace(SyncMasterRules.of(cfg.ha, sync_master=quorum.waits),
+                                       controller=True))
+
+    async def become_slave(self, master_address: str, epoch: int) -> str | None:
+        """Controller mode: follow the master at `master_address` in `epoch`.
+        The rejoin handshake first (ha/autoswitch/rejoin.py): the master's
+        epochs and max offset, the last point both logs share, this log and
+        epoch file cut there, crash-safely; then replicate, recording each
+        master epoch in the epoch file as its first bytes arrive. Returns
+        why it cannot follow yet (None: following)."""
+        store, epochs = self.store, self.epochs
+        assert store is not None and epochs is not None
+        if self._stopping:
+            return "stopping"
+        await self._stop_following()
+        if self.ha_master is not None:
+            # Demoted: puts waiting for a replica end FLUSH_SLAVE_TIMEOUT.
+            await self.ha_master.close()
+            if self.network is not None:
+                self.network.unserve(self.config.listen)
+            self.ha_master = None
+        self.role = Role.SLAVE
+        self.sync_state_set = frozenset()
+        self.following = None
+        try:
+            status = await self._broker_stub(master_address).Status(
+                broker_pb2.StatusRequest(), metadata=token_metadata(self.config.token),
+                timeout=5.0)
+        except grpc.RpcError as exc:
+            return f"cannot ask the master {master_address} for its epochs: {exc.details()}"
+        if status.master_epoch != epoch or status.role == Role.SLAVE.value:
+            return (f"{master_address} is not yet the master of epoch {epoch} "
+                    f"(it serves epoch {status.master_epoch} as {status.role})")
+        master_epochs = EpochList(tuple(EpochEntry(e.epoch, e.start_offset)
+                                        for e in status.epochs))
+        try:
+            decision = rejoin_rules.decide(epochs.epochs, store.log.wrote, master_epochs,
+                                           status.wrote)
+        except rejoin_rules.MasterEpochsError as exc:
+            return str(exc)
+        if decision.kind is rejoin_rules.RejoinKind.NO_COMMON_POINT:
+            log.error("cannot follow %s: %s", master_address, decision.reason)
+            return decision.reason
+        if decision.kind is rejoin_rules.RejoinKind.TRUNCATE and (
+                decision.truncate_to is not None and decision.truncate_to < store.log.wrote):
+            log.warning("truncating to %d before following %s: %s", decision.truncate_to,
+                        master_address, decision.reason)
+        rejoin_rules.carry_out(decision, store, epochs)
+        pending = [e for e in master_epochs.entries
+                   if epochs.epochs.last is None or e.epoch > epochs.epochs.last.epoch]
+
+        def record_epochs(new_max: int) -> None:
+            """A master epoch goes into the epoch file once its first bytes
+            are in this log (before the slave reports them)."""
+            while pending and pending[0].start_offset < new_max:
+                epochs.append(pending.pop(0))
+
+        record_epochs(store.log.wrote)
+        if self.network is not None:
+            self._start_slave(connector=self.network.connector(self.config.listen),
+                              stub=self.network.stub(self.config.listen, master_address),
+                              wall_ms=self.clock.wall_ms, master=master_address,
+                              on_applied=record_epochs)
+        else:
+            self._start_slave(master=master_address, on_applied=record_epochs)
+        self.following = master_address
+        self.master_epoch = epoch
+        log.warning("node %s follows %s in epoch %d from log offset %d", self.config.name,
+                    master_address, epoch, store.log.wrote)
+        return None
+
+    async def _stop_following(self) -> None:
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
+            self.ha_slave = None
+        if self._offset_sync is not None:
+            self._offset_sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._offset_sync
+            self._offset_sync = None
+
     # ------------------------------------------------------------------ puts
     async def put_many(self, messages: Sequence[Message]) -> list[PutResult]:
         # A private future: a caller cancelled while it waits (its RPC's
@@ -348,7 +561,13 @@ class Node:
             loop.call_soon(on_done, [PutResult(
                 PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
                 detail=f"{self.config.name} is a SLAVE; send to its master "
-                       f"({self.config.master})") for m in messages])
+                       f"({self.following or 'none elected yet'})") for m in messages])
+            return
+        if self.config.controller_mode and (why := acks.refusal(self.config.ha,
+                                                                self.sync_state_set)):
+            loop.call_soon(on_done, [PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                                               msg_id=m.msg_id, detail=why)
+                                     for m in messages])
             return
         if self._stopping or self.store is None:
             loop.call_soon(on_done, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_id=m.msg_id,
@@ -397,6 +616,13 @@ class Node:
                                 else asdict(self._offset_sync_state))}),
         )
         msg.failpoint_hits.update(self.failpoints.hits())
+        if cfg.controller_mode:
+            msg.ha_mode = HAMode.CONTROLLER.value
+            msg.master_epoch = self.master_epoch
+            msg.sync_state_set.extend(sorted(self.sync_state_set))
+            if self.epochs is not None:
+                for e in self.epochs.epochs.entries:
+                    msg.epochs.add(epoch=e.epoch, start_offset=e.start_offset)
         if self.ha_master is not None:
             for link in self.ha_master.status():
                 msg.slaves.add(**asdict(link))
@@ -407,7 +633,8 @@ class Node:
     def _config_dict(self) -> dict[str, Any]:
         cfg = self.config
         d: dict[str, Any] = {"name": cfg.name, "role": cfg.role.value, "listen": cfg.listen,
-                             "master": cfg.master, "data_dir": cfg.data_dir,
+                             "master": cfg.master, "controller": cfg.controller,
+                             "priority": cfg.priority, "data_dir": cfg.data_dir,
                              "failpoints": cfg.failpoints, "repair_from": list(cfg.repair_from)}
         d["store"] = {k: _plain(v) for k, v in asdict(cfg.store).items()}
         d["ha"] = {k: _plain(v) for k, v in asdict(cfg.ha).items()}
@@ -428,6 +655,24 @@ class Node:
                              "offset a send returned, or from the log's first offset") from None
         return broker_pb2.ReadResponse(data=data, next_offset=nxt, min_offset=lg.min_offset,
                                        wrote=lg.wrote)
+
+
+class _RoleHA:
+    """A controller-mode node's HA service: each stream goes to the node's
+    HAMaster of the moment; while the node is not the master, refused."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    async def Replicate(self, request_iterator: Any,  # noqa: N802 - the gRPC method
+                        context: grpc.aio.ServicerContext) -> None:
+        master = self._node.ha_master
+        if master is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"{self._node.config.name} is not the master now; ask the "
+                                "controller which broker is")
+            return
+        await master.Replicate(request_iterator, context)
 
 
 class NodeStartError(RuntimeError):

@@ -1,0 +1,176 @@
+"""A controller-mode broker's side of the controller (RocketMQ 5's
+ReplicasManager): register, heartbeat, ask for an election when there is
+no master, take the role the controller's answer gives, and, as master,
+keep the SyncStateSet: shrink it by the members that fell behind, expand
+it by the slaves that caught up (docs/design.md, "Controller mode: the
+broker side").
+
+One task per node (it dies with the node: a kill cancels it). Every
+`controller_heartbeat_ms`:
+1. Heartbeat (epoch: the last in the epoch file; max offset; confirmed
+   offset; priority; address). The reply carries the controller's view: the
+   master, its epoch and address, the SyncStateSet and its epoch.
+2. No master: ask for an election (the requester is elected only on a
+   broker set that never had a master, else the controller elects from the
+   SyncStateSet: ha/controller/elect.py).
+3. The view names this broker master in an epoch it does not serve:
+   become master (Node.become_master). It names another: follow it
+   (Node.become_slave: the rejoin handshake and truncation first). A
+   controller that cannot be reached changes nothing: a master stays a
+   master, as RocketMQ's does (the isolated master of the chaos scenarios).
+4. As master, every `sync_state_set_check_ms`, and at once when a slave
+   catches up: shrink the set by members with no stream or not caught up
+   for `max_time_slave_not_catchup_ms`; expand it by a connected slave whose
+   ack reached the confirmed offset and the current epoch's start. Each
+   change is an AlterSyncStateSet fenced by both epochs; the master adopts
+   the set the controller answers with, never its own proposal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ha.credentials import token_metadata
+from proto import controller_pb2
+
+if TYPE_CHECKING:
+    from cluster.node.server import Node
+
+log = logging.getLogger("dlab.node.controller")
+
+CALL_TIMEOUT_S = 3.0
+
+
+class ReplicasManager:
+    def __init__(self, node: Node, stub: Any) -> None:
+        self.node = node
+        self.stub = stub
+        self.metadata = token_metadata(node.config.token)
+        self.broker_id = 0
+        # Broker ids to names, from the controller's metadata (the
+        # SyncStateSet comes as ids; the HA streams know slaves by name).
+        self.names: dict[int, str] = {}
+        self.info = controller_pb2.ReplicaInfo()
+        self._last_check = 0.0
+        self.interval_s = node.config.ha.controller_heartbeat_ms / 1000
+
+    async def _call(self, method: str, request: Any) -> Any:
+        return await getattr(self.stub, method)(request, metadata=self.metadata,
+                                                timeout=CALL_TIMEOUT_S)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except grpc.RpcError as exc:
+                log.info("controller %s: %s (%s); keeping the role",
+                         self.node.config.controller, exc.code(), exc.details())
+            await asyncio.sleep(self.interval_s)
+
+    async def round(self) -> None:
+        """Steps 1-4 of the module docstring, once."""
+        node = self.node
+        if not self.broker_id:
+            reply = await self._call("RegisterBroker", controller_pb2.RegisterBrokerRequest(
+                name=node.config.name))
+            self.broker_id = reply.broker_id
+            log.info("registered with the controller as broker %d", self.broker_id)
+        reply = await self._call("Heartbeat", self._heartbeat())
+        if reply.outcome == "refused":
+            if reply.refusal == "not_registered":  # a controller that lost its state
+                self.broker_id = 0
+            log.warning("controller refused the heartbeat: %s", reply.reason)
+            return
+        info = reply.replica_info
+        if info.master_id == 0:
+            reply = await self._call("ElectMaster", controller_pb2.ElectMasterRequest(
+                requester=self.broker_id))
+            info = reply.replica_info
+        await self._apply(info)
+        if node.ha_master is not None and info.master_id == self.broker_id:
+            await self._keep_sync_state_set()
+
+    def _heartbeat(self) -> controller_pb2.HeartbeatRequest:
+        node = self.node
+        store = node.store
+        assert store is not None and node.epochs is not None
+        last = node.epochs.epochs.last
+        return controller_pb2.HeartbeatRequest(
+            broker_id=self.broker_id, epoch=0 if last is None else last.epoch,
+            max_offset=store.log.wrote, confirmed_offset=store.confirmed_offset(),
+            priority=node.config.priority, address=node.config.listen)
+
+    async def _apply(self, info: controller_pb2.ReplicaInfo) -> None:
+        node = self.node
+        self.info = info
+        if info.master_id == 0:
+            return
+        if info.master_id == self.broker_id:
+            if node.ha_master is None or node.master_epoch != info.master_epoch:
+                await node.become_master(info.master_epoch,
+                                         await self._set_names(info.sync_state_set))
+            elif node.sync_state_set != await self._set_names(info.sync_state_set):
+                node.set_sync_state_set(await self._set_names(info.sync_state_set))
+            return
+        if not info.master_address:
+            return  # the master has not heartbeaten to this controller yet
+        if node.following != info.master_address or node.master_epoch != info.master_epoch:
+            why = await node.become_slave(info.master_address, info.master_epoch)
+            if why is not None:
+                log.info("not following %s (%s) yet: %s", info.master_name,
+                         info.master_address, why)
+
+    async def _set_names(self, ids: Any) -> frozenset[str]:
+        if any(i not in self.names for i in ids):
+            meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
+            self.names.update({m.broker_id: m.name for m in meta.members})
+        return frozenset(self.names[i] for i in ids if i in self.names)
+
+    async def _keep_sync_state_set(self) -> None:
+        """Step 4: propose a shrunk or expanded set; adopt the answer."""
+        node = self.node
+        ha, store, epochs = node.ha_master, node.store, node.epochs
+        assert ha is not None and store is not None and epochs is not None
+        cfg = node.config.ha
+        now = node.clock.monotonic()
+        members = node.sync_state_set
+        connected = {a.slave: a.acked for a in ha.acks()}
+        check_due = now - self._last_check >= cfg.sync_state_set_check_ms / 1000
+        keep = {node.config.name}
+        for name in members - {node.config.name}:
+            caught = ha.caught_up_at.get(name)
+            behind_s = now - caught if caught is not None else float("inf")
+            if not check_due or (name in connected
+                                 and behind_s * 1000 < cfg.max_time_slave_not_catchup_ms):
+                keep.add(name)
+        epoch_start = epochs.epochs.last.start_offset if epochs.epochs.last else 0
+        confirmed = store.confirmed_offset()
+        for name, acked in connected.items():
+            if name not in members and acked >= max(confirmed, epoch_start):
+                keep.add(name)
+        if check_due:
+            self._last_check = now
+        new = frozenset(keep)
+        if new == members:
+            return
+        ids = {n: i for i, n in self.names.items()}
+        if any(n not in ids for n in new):
+            meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
+            self.names.update({m.broker_id: m.name for m in meta.members})
+            ids = {n: i for i, n in self.names.items()}
+        reply = await self._call("AlterSyncStateSet", controller_pb2.AlterSyncStateSetRequest(
+            master=self.broker_id, master_epoch=self.info.master_epoch,
+            sync_state_set_epoch=self.info.sync_state_set_epoch,
+            new_sync_state_set=sorted(ids[n] for n in new if n in ids)))
+        if reply.outcome == "sync_state_set_changed":
+            self.info = reply.replica_info
+            node.set_sync_state_set(await self._set_names(reply.replica_info.sync_state_set))
+            log.warning("SyncStateSet is now %s (epoch %d)", sorted(node.sync_state_set),
+                        reply.replica_info.sync_state_set_epoch)
+        else:
+            log.info("SyncStateSet change to %s not applied: %s %s", sorted(new),
+                     reply.refusal or reply.outcome, reply.reason)
