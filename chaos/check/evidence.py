@@ -9,7 +9,9 @@ spans [offset, offset + size)):
 - `held`: the node held the message when it answered (end <= wrote), and
   flushed <= wrote: a node reports no position beyond what it holds;
 - `flush` (flush SYNC_FLUSH): flushed >= end — the flush covered it;
-- `replica` (role SYNC_MASTER): the answer names the slave whose ack covered
+- `replica` (role SYNC_MASTER, classic mode only: a controller-mode
+  master's quorum depends on its SyncStateSet, not recorded yet): the
+  answer names the slave whose ack covered
   it (`by`), a node of the run, whose recorded ack reaches end, and that ack
   is a real report of bytes this master gave it: acked <= shipped to it and
   acked <= the master's wrote (a report beyond either is one the master
@@ -154,6 +156,11 @@ def breaches(params: Mapping[str, Any], history: Iterable[Mapping[str, Any]],
              faults: Iterable[Mapping[str, Any]]) -> list[Breach]:
     """Every breach of the run's evidence, in the order of the answers."""
     role, flush = str(params["role"]), str(params["flush"])
+    if (params.get("config") or {}).get("ha_mode") == "controller":
+        # A controller-mode master waits for its SyncStateSet's quorum
+        # (ha/autoswitch/acks.py), which the evidence does not record yet:
+        # its replica rule is not judged (held, flush and backwards are).
+        role = "controller"
     nodes = frozenset(str(n["name"]) for n in params["nodes"])
     faults = list(faults)
     out: list[Breach] = []

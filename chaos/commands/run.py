@@ -32,7 +32,7 @@ from chaos.matrix.sweep import run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from cluster.backends.image import CheckedImages
 from cluster.node.role import Role
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.tools.cli_args import UserError, positive_float, positive_int
 
@@ -71,6 +71,22 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="every node re-introduces this known RocketMQ bug (repeatable; "
                         "see `dlab chaos bugs`; default: none)")
+    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; --backend sim)")
+    c.add_argument("--ha-mode", choices=("classic", "controller"), default="classic",
+                   help="classic (default): the role is fixed, failover is by hand (the "
+                   "scenarios' promote); controller: a controller elects the master from the "
+                   "SyncStateSet, and the scenarios' promote waits for its election")
+    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
+                   help="a put waits for every SyncStateSet member (default: no)")
+    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="else a put waits for N copies, the master's included (default 1: "
+                   "no slave)")
+    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="puts are refused (IN_SYNC_REPLICAS_NOT_ENOUGH) while the set is "
+                   "smaller (default 1)")
+    c.add_argument("--elect-unclean", action="store_true",
+                   help="when no SyncStateSet member is alive, elect any replica (RocketMQ's "
+                   "enableElectUncleanMaster: may lose messages; default: no)")
     keep_stores_option(p)
 
 
@@ -85,6 +101,11 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
         "sim_disk_faults": SimDiskFaults(args.sim_disk_faults),
         "keep_stores": KeepStores(args.keep_stores),
+        "ha_mode": HAMode(args.ha_mode),
+        "all_ack_in_sync_state_set": args.all_ack_in_sync_state_set,
+        "in_sync_replicas": args.in_sync_replicas,
+        "min_in_sync_replicas": args.min_in_sync_replicas,
+        "elect_unclean": args.elect_unclean,
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }

@@ -146,7 +146,9 @@ class RunBase:
             failpoints=self._armed(name), corruption_policy=cfg.corruption_policy,
             extra_args=cfg.master_args if role is not Role.SLAVE else cfg.slave_args,
             emulate=cfg.emulate,
-            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms)
+            consumer_offset_persist_interval_ms=cfg.scenario.offset_persist_interval_ms,
+            ha_mode=cfg.ha_mode, all_ack_in_sync_state_set=cfg.all_ack_in_sync_state_set,
+            in_sync_replicas=cfg.in_sync_replicas, min_in_sync_replicas=cfg.min_in_sync_replicas)
 
     def _write_params(self, *, backend: str, roles: Mapping[str, Role], started_ms: int,
                       ended_ms: int, extra: Mapping[str, Any] | None = None) -> None:

@@ -21,7 +21,7 @@ from chaos.harness.scenarios import Scenario
 from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import WorkloadConfig
 from cluster.node.role import Role
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.emulate import SWITCHES
 
@@ -67,6 +67,7 @@ _ENUM_FIELDS: dict[str, tuple[type[enum.StrEnum], str]] = {
     "corruption_policy": (CorruptionPolicy, "corruption policy"),
     "sim_disk_faults": (SimDiskFaults, "sim disk faults"),
     "keep_stores": (KeepStores, "keep-stores setting"),
+    "ha_mode": (HAMode, "HA mode"),
 }
 
 
@@ -124,6 +125,13 @@ class RunConfig:
     sim_timings: MachineTimings | None = None
     # Disk faults a sim-backend run draws (chaos/sim/run.py).
     sim_disk_faults: SimDiskFaults = SimDiskFaults.TORN
+    # Classic master-slave, or RocketMQ 5's controller mode with its
+    # settings (RocketMQ's defaults; ha/autoswitch/acks.py, ha/controller/).
+    ha_mode: HAMode = HAMode.CLASSIC
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    elect_unclean: bool = False
 
     def __post_init__(self) -> None:
         # Strings (a command line, a recorded config, a bug's fields) become
@@ -137,6 +145,14 @@ class RunConfig:
             raise ValueError("the simulated duration must be positive")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
+        if self.ha_mode is HAMode.CONTROLLER and self.backend is not Backend.SIM:
+            raise ValueError("--ha-mode controller runs on --backend sim so far (the local "
+                             "and compose backends do not start a controller yet)")
+        if not 1 <= self.min_in_sync_replicas <= self.slaves + 1 or not (
+                1 <= self.in_sync_replicas <= self.slaves + 1):
+            raise ValueError(f"--in-sync-replicas and --min-in-sync-replicas count copies, "
+                             f"the master's included: 1..{self.slaves + 1} with "
+                             f"--slaves {self.slaves}")
         self.workload.validate()
         unknown = sorted(set(self.emulate) - set(SWITCHES))
         if unknown:
@@ -165,4 +181,16 @@ class RunConfig:
         # read side by side (dlab chaos compare-backends): local is unmarked.
         backend = "" if self.backend is Backend.LOCAL else f"-{self.backend}"
         return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
-                f"{self.slave_ahead_policy}{policy}{emulated}{drawn}{backend}-s{self.seed}")
+                f"{self.slave_ahead_policy}{policy}{emulated}{drawn}{self.ha_label_suffix}"
+                f"{backend}-s{self.seed}")
+
+    @property
+    def ha_label_suffix(self) -> str:
+        """'' in classic mode; else the controller settings, e.g.
+        -controller-allack-min2-unclean (run ids and the report's labels)."""
+        if self.ha_mode is HAMode.CLASSIC:
+            return ""
+        acks = ("-allack" if self.all_ack_in_sync_state_set
+                else f"-isr{self.in_sync_replicas}")
+        least = f"-min{self.min_in_sync_replicas}" if self.min_in_sync_replicas > 1 else ""
+        return f"-controller{acks}{least}{'-unclean' if self.elect_unclean else ''}"

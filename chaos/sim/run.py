@@ -75,6 +75,8 @@ from chaos.sim.cluster import (
 from chaos.sim.consumer import SimConsumer
 from cluster.backends.interface import NodeState
 from cluster.node.role import Role
+from ha.config import HAMode
+from ha.controller.config import ControllerConfig
 from store.config import CrashModel
 from store.sim import loop as sim_loop
 from store.sim.loop import VirtualTimeLoop
@@ -213,15 +215,64 @@ class SimRun(RunBase):
                              on_crash=lambda name: self.crashed_at.setdefault(
                                  name, loop.wall_ms()),
                              pausable=any(s.action is Action.PAUSE for s in cfg.scenario.steps),
-                             fsync_rng=stream(cfg.seed, "sim-fsync"), timings=cfg.sim_timings)
+                             fsync_rng=stream(cfg.seed, "sim-fsync"), timings=cfg.sim_timings,
+                             controller=self._controller_config())
         self.cluster = cluster
+        if cluster.controller is not None:
+            cluster.controller.start()
         for name in self.nodes:
             await cluster.start(name)
             self.record.recovery(name, cluster.recovery(name))
+            if name == self.acting_master and cluster.controller is not None:
+                # The first broker to ask is elected: the run's master asks first.
+                deadline = loop.time() + 10.0
+                while not self._serving(cluster, name) and loop.time() < deadline:
+                    await asyncio.sleep(0.05)
         deadline = loop.time() + 30.0
         while not cluster.slaves_connected() and loop.time() < deadline:
             await asyncio.sleep(0.01)
         return cluster
+
+    def _controller_config(self) -> ControllerConfig | None:
+        cfg = self.cfg
+        if cfg.ha_mode is not HAMode.CONTROLLER:
+            return None
+        return ControllerConfig(enable_elect_unclean_master=cfg.elect_unclean)
+
+    @staticmethod
+    def _serving(cluster: SimCluster, name: str) -> bool:
+        """Controller mode: `name` is the controller's master and serves as one."""
+        n = cluster.nodes[name].node
+        return cluster.master == name and n is not None and n.ha_master is not None
+
+    def _follow_election(self, cluster: SimCluster, t: int, detail: str) -> bool:
+        """Controller mode: the controller elected a master the run does not
+        have as its master yet: record it as a promotion, as the classic
+        scenarios' by hand. True when it did."""
+        elected = cluster.master
+        if (cluster.controller is None or elected is None or elected == self.master
+                or not self._serving(cluster, elected)):
+            return False
+        old = self.acting_master
+        self._promoted(elected)
+        self.record.fault("promote", elected, t, peer=old, end=cluster.clock.wall_ms(),
+                          detail=detail)
+        return True
+
+    async def _await_election(self, cluster: SimCluster, t: int) -> None:
+        """Controller mode's PROMOTE step: no operator; wait for the
+        controller's election (its heartbeat timeout, a scan, a heartbeat
+        round), then follow it."""
+        assert cluster.controller is not None
+        wait_s = cluster.controller.config.heartbeat_timeout_ms / 1000 + 10.0
+        deadline = cluster.loop.time() + wait_s
+        while cluster.loop.time() < deadline:
+            if self._follow_election(cluster, t, "elected by the controller"):
+                return
+            await asyncio.sleep(0.05)
+        self.record.fault("promote", self.acting_master, t, end=t,
+                          detail=f"refused: the controller elected no new master within "
+                                 f"{wait_s:g} s (master: {cluster.master})")
 
     async def _main(self, loop: VirtualTimeLoop, logs: _LogCapture) -> None:
         cfg = self.cfg
@@ -243,6 +294,7 @@ class SimRun(RunBase):
         t0 = loop.time()
         for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
             await asyncio.sleep(delay)
+            self._follow_election(cluster, loop.wall_ms(), "elected by the controller")
             await self._apply(cluster, step)
         left = duration - (loop.time() - t0)
         await asyncio.sleep(max(left, cfg.scenario.settle_s))
@@ -336,6 +388,8 @@ class SimRun(RunBase):
                 self.record.fault("lose", name, t, detail="the machine is gone (killed, "
                                                           "its store moved aside)")
                 self._lost_node(name)
+            elif action is Action.PROMOTE and cluster.controller is not None:
+                await self._await_election(cluster, t)
             elif action is Action.PROMOTE:
                 await self._promote(cluster, name, t)
             else:
@@ -360,8 +414,15 @@ class SimRun(RunBase):
                       detail: str | None) -> None:
         master = cluster.master
         ahead_of = cluster.wrote(master) if master is not None else None
-        if not await cluster.rejoin(name, self._spec(name, Role.SLAVE),
-                                    start_s=self._start_s()):
+        if cluster.controller is not None:
+            # The node starts and asks the controller whom to follow.
+            if start_s := self._start_s():
+                await asyncio.sleep(start_s)
+            started = await cluster.start(name)
+        else:
+            started = await cluster.rejoin(name, self._spec(name, Role.SLAVE),
+                                           start_s=self._start_s())
+        if not started:
             self.record.refused(name, t, cluster.nodes[name].refused)
             return
         self.lost.discard(name)
@@ -449,7 +510,10 @@ class SimRun(RunBase):
                 self.record.close_fault("pause", name, t)
                 self.record.fault("resume", name, t, end=t, detail="end of run")
         self._heal_all(cluster, t, "end of run")
-        await self._one_master(cluster)
+        if cluster.controller is not None:
+            await self._one_elected_master(cluster)
+        else:
+            await self._one_master(cluster)
         for name in self.nodes:
             if cluster.nodes[name].state is NodeState.STOPPED and name not in self.lost:
                 t = cluster.clock.wall_ms()
@@ -482,6 +546,24 @@ class SimRun(RunBase):
                 self.record.fault("stop", name, t, detail="end of run: a second master")
                 await self._rejoin(cluster, name, t, "end of run: a second master rejoins as "
                                                      "a slave")
+
+    async def _one_elected_master(self, cluster: SimCluster) -> None:
+        """Controller mode: the controller's master is the one master. A
+        deposed master still serving learns it at its next heartbeat and
+        follows (truncating to the point it shares); a controller with no
+        master gets one from the next election. Waited for here, bounded."""
+        assert cluster.controller is not None
+        deadline = cluster.loop.time() + cluster.controller.config.heartbeat_timeout_ms / 1000 + 10
+        while cluster.loop.time() < deadline:
+            self._follow_election(cluster, cluster.clock.wall_ms(),
+                                  "elected by the controller")
+            second = [n for n in self.nodes if n != cluster.master
+                      and (node := cluster.nodes[n].node) is not None
+                      and node.ha_master is not None]
+            if not second and cluster.master is not None and self._serving(cluster,
+                                                                           cluster.master):
+                return
+            await asyncio.sleep(0.1)
 
     async def _settle(self, cluster: SimCluster) -> None:
         loop = cluster.loop

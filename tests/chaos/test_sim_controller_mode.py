@@ -144,3 +144,35 @@ def test_a_dead_master_is_replaced_by_an_in_sync_slave_and_rejoins_truncated() -
         await _close(c)
 
     sim_loop.run(main)
+
+
+def test_a_controller_mode_chaos_run_fails_over_by_election_and_loses_nothing(
+        tmp_path: Any) -> None:
+    """`dlab chaos run --backend sim --ha-mode controller`: the scenario's
+    promote waits for the controller's election; the old master rejoins by
+    itself; the run is judged as any run."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "chaos", "run", "--backend", "sim",
+         "--ha-mode", "controller", "--all-ack-in-sync-state-set", "--slaves", "2",
+         "--scenario", "master-crash-failover", "--role", "SYNC_MASTER",
+         "--flush", "ASYNC_FLUSH", "--seed", "1", "--sim-duration", "30",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "elected by the controller" in out.stdout
+    assert "-controller-allack-sim-s1" in out.stdout
+    assert " 0 acked lost on the master, 0 lost everywhere" in out.stdout
+
+
+def test_controller_mode_on_another_backend_is_a_usage_error(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "chaos", "run", "--ha-mode", "controller",
+         "--scenario", "master-crash", "--role", "SYNC_MASTER", "--flush", "ASYNC_FLUSH",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "--backend sim" in out.stderr and "Traceback" not in out.stderr
