@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from chaos.check.matrix_plan import write_plan
@@ -136,7 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         cfg = RunConfig(scenario=scenarios.get(args.scenario), role=Role(args.role),
                         flush=FlushMode(args.flush), seed=args.seed, out_dir=args.out,
-                        **_run_config_fields(args)).validate()
+                        **_run_config_fields(args))
+        if cfg.ha_mode is HAMode.CONTROLLER and cfg.role is not cfg.controller_role:
+            print(f"controller mode: the ack settings make the master a "
+                  f"{cfg.controller_role.value} (its promise is judged as one), not "
+                  f"{cfg.role.value}", file=sys.stderr)
+            cfg = replace(cfg, role=cfg.controller_role)
+        cfg = cfg.validate()
     except (KeyError, ValueError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
     _check_sim(args)
@@ -183,16 +189,24 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.quick:
         template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                               retries=args.retries)
+    ha_modes = args.ha_modes or [args.ha_mode]
+    bad = [v for v in ha_modes if v not in ("classic", "controller")]
+    if bad:
+        raise UserError(f"unknown HA mode {', '.join(bad)}; choose from classic, controller")
+    if "controller" in ha_modes and args.backend != "sim":
+        raise UserError("--ha-modes controller runs on --backend sim so far (the local and "
+                        "compose backends do not start a controller yet)")
     cfg = MatrixConfig(out_dir=args.out, scenarios=names, runs=runs, base_seed=args.seed,
                        roles=args.roles, flushes=args.flushes, template=template,
-                       corruption_policies=policies)
+                       corruption_policies=policies, ha_modes=ha_modes)
     cells = cfg.cells()
     configs = cfg.run_configs()
     # Before the first run: a report over an interrupted matrix names what
     # is missing (chaos/check/matrix_plan.py).
     write_plan(args.out, [c.run_id for c in configs])
-    print(f"matrix: {len(cfg.roles)} roles x {len(cfg.flushes)} flush modes x "
-          f"{len(names)} scenarios x {len(policies)} corruption polic"
+    modes = (len(cfg.roles) * ("classic" in ha_modes) + ("controller" in ha_modes))
+    print(f"matrix: {modes} mode(s) ({' and '.join(ha_modes)}) x {len(cfg.flushes)} flush "
+          f"modes x {len(names)} scenarios x {len(policies)} corruption polic"
           f"{'y' if len(policies) == 1 else 'ies'} x {runs} run(s) = {len(cells)} runs on "
           f"{args.backend}; results in {args.out}", flush=True)
     with contextlib.ExitStack() as stack:
@@ -451,6 +465,10 @@ def _register_matrix(csub: Any) -> None:
     p.add_argument("--corruption-policies", type=lambda t: t.split(","), default=None,
                    help="comma-separated corruption policies to run every cell under (e.g. "
                    "refuse,truncate,repair; default: --corruption-policy)")
+    p.add_argument("--ha-modes", type=lambda t: t.split(","), default=None,
+                   help="comma-separated: classic (the --roles) and/or controller (RocketMQ "
+                   "5's automatic failover with the controller options below, one mode whose "
+                   "role its ack settings make); default: --ha-mode")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the report and, with --backend sim, the runs "

@@ -145,6 +145,11 @@ class RunConfig:
             raise ValueError("the simulated duration must be positive")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
+        if self.ha_mode is HAMode.CONTROLLER and self.role is not self.controller_role:
+            raise ValueError(
+                f"in controller mode the role follows the ack settings: they make "
+                f"{self.controller_role}, not {self.role} (--all-ack-in-sync-state-set or "
+                "--in-sync-replicas above 1 wait for a slave: SYNC_MASTER)")
         if self.ha_mode is HAMode.CONTROLLER and self.backend is not Backend.SIM:
             raise ValueError("--ha-mode controller runs on --backend sim so far (the local "
                              "and compose backends do not start a controller yet)")
@@ -183,6 +188,15 @@ class RunConfig:
         return (f"{self.scenario.name}-{self.role}-{self.flush}-{self.crash_model}-"
                 f"{self.slave_ahead_policy}{policy}{emulated}{drawn}{self.ha_label_suffix}"
                 f"{backend}-s{self.seed}")
+
+    @property
+    def controller_role(self) -> Role:
+        """The classic role whose promise a controller-mode master's ack
+        settings make: SYNC_MASTER when a put waits for a slave (all-ack,
+        or in-sync-replicas above 1), else ASYNC_MASTER (the report judges
+        it by that promise)."""
+        waits = self.all_ack_in_sync_state_set or self.in_sync_replicas > 1
+        return Role.SYNC_MASTER if waits else Role.ASYNC_MASTER
 
     @property
     def ha_label_suffix(self) -> str:

@@ -124,7 +124,11 @@ class Scenario:
     retries: int = 0
 
 
-TARGETS = {"master", "slave", "best_slave", "old_master", "both", "consumer"}
+# "master_and_controller" (a partition's target): the master's links to its
+# slaves, and in controller mode its link to the controller too (classic
+# mode has none: the same as "master").
+TARGETS = {"master", "slave", "best_slave", "old_master", "both", "consumer",
+           "master_and_controller"}
 
 SCENARIOS: dict[str, Scenario] = {}
 
@@ -367,12 +371,39 @@ _add(Scenario(
     "running; promote the slave (the route, and with it the producers, moves to it; the "
     "isolated master, unreachable to the operator, still believes it is the master); heal: "
     "two masters until the end of the run rejoins the old one as a slave",
-    (Step(Action.PARTITION, "master", (1.0, 2.0)),
+    (Step(Action.PARTITION, "master_and_controller", (1.0, 2.0)),
      Step(Action.PROMOTE, "best_slave", (3.5, 4.5)),
      Step(Action.HEAL, "old_master", (1.0, 2.0))),
     load_s=10.0, retries=FAILOVER_RETRIES, tags=("failover",),
 ))
 
+_add(Scenario(
+    "lone-in-sync-master",
+    "cut the master off from its slaves (in controller mode, not from the controller) for "
+    "longer than the SyncStateSet keeps a member that has not caught up (15 s), so it goes "
+    "on acknowledging puts alone; power-cut it (its unflushed tail is lost), heal, restart "
+    "it: in controller mode the one member of the set, it is elected again (the shape of "
+    "Kafka's KIP-966)",
+    # The set shrinks 15-20 s after the cut (haMaxTimeSlaveNotCatchup plus
+    # the 5 s check); the kill lands 4-11 s after that.
+    (Step(Action.PARTITION, "master", (1.0, 2.0)), Step(Action.KILL, "master", (24.0, 26.0)),
+     Step(Action.HEAL, "master", (0.1, 0.2)), Step(Action.START, "master", (0.5, 1.0))),
+    load_s=34.0, retries=FAILOVER_RETRIES, tags=("failover", "controller"),
+))
+_add(Scenario(
+    "unclean-election",
+    "cut the master off from its slaves until the SyncStateSet has shrunk to it alone, then "
+    "lose its machine: no member of the set is left. In controller mode no master is "
+    "elected without --elect-unclean (the rest of the run has none); with it a slave is, "
+    "lacking what the master acknowledged alone. In classic mode the operator promotes the "
+    "slave, which is the unclean choice",
+    (Step(Action.PARTITION, "master", (1.0, 2.0)), Step(Action.LOSE, "master", (24.0, 26.0)),
+     Step(Action.HEAL, "old_master", (0.1, 0.2)),
+     Step(Action.PROMOTE, "best_slave", OPERATOR_DELAY_S)),
+    load_s=34.0, retries=FAILOVER_RETRIES, tags=("failover", "controller"),
+))
+
+CONTROLLER_MATRIX = ("lone-in-sync-master", "unclean-election")
 FAILOVER_MATRIX = ("master-lost", "master-crash-failover", "failover-twice", "isolated-master")
 DEFAULT_MATRIX = ("master-crash", "master-crash-unflushed", "master-crash-mid-flush",
                   "master-crash-after-ship",

@@ -49,8 +49,8 @@ from typing import Any
 import pandas as pd
 
 from chaos.check import promises, rates
-from chaos.harness.scenarios import FAILOVER_MATRIX
-from chaos.report.blocks import Table, group_anchor, mode_label, plural, run_page, severity
+from chaos.harness.scenarios import CONTROLLER_MATRIX, FAILOVER_MATRIX
+from chaos.report.blocks import Table, group_anchor, modes_in, plural, run_page, severity
 
 BACKENDS = ("sim", "local", "compose")
 AGREEMENT_FILE = "agreement.json"
@@ -327,11 +327,6 @@ def agreement_sentence(agreement: Agreement | None, verdicts: pd.DataFrame) -> s
 
 
 # ------------------------------------------------------------ tables
-def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
-    present = set(zip(verdicts["role"], verdicts["flush"], strict=True))
-    return [m for m in promises.PROMISES if m in present]
-
-
 def load_sentence(verdicts: pd.DataFrame) -> str:
     """Which load the answer is for: per backend, what its runs carried."""
     return ("The answer is for the load these runs carried — " + "; ".join(
@@ -344,9 +339,9 @@ def answer_table(verdicts: pd.DataFrame, agreement: Agreement | None) -> Table:
     present = backends(verdicts)
     header = ["mode", *present, *(["agreement"] if len(present) > 1 else [])]
     rows, classes = [], []
-    for role, flush in _modes(verdicts):
-        mode = mode_label(role, flush)
-        runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
+    for m in modes_in(verdicts):
+        role, flush, mode = m.role, m.flush, m.label
+        runs = verdicts[m.select(verdicts)]
         figs = {b: figures(runs[runs["backend"] == b], b) for b in present
                 if (runs["backend"] == b).any()}
         row, cls = [f"{mode}\n{promises.describe(role, flush)}"], [""]
@@ -368,11 +363,11 @@ def scenario_table(verdicts: pd.DataFrame) -> Table:
     linking to the run's page or the runs' rows."""
     present = backends(verdicts)
     rows, links, classes = [], [], []
-    for role, flush in _modes(verdicts):
-        runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)]
+    for m in modes_in(verdicts):
+        runs = verdicts[m.select(verdicts)]
         for scenario in sorted(runs["scenario"].unique()):
             cell = runs[runs["scenario"] == scenario]
-            row, cls = [mode_label(role, flush), str(scenario)], ["", ""]
+            row, cls = [m.label, str(scenario)], ["", ""]
             link: list[str | None] = [None, None]
             for b in present:
                 g = cell[cell["backend"] == b]
@@ -385,7 +380,7 @@ def scenario_table(verdicts: pd.DataFrame) -> Table:
                 row.append(short_cell_text(f))
                 cls.append(f.severity)
                 link.append(run_page(g["run_id"].iloc[0]) if len(g) == 1
-                            else "#" + group_anchor(role, flush, str(scenario)))
+                            else "#" + group_anchor(m.role, m.flush, str(scenario), m.ha))
             rows.append(row)
             links.append(link)
             classes.append(cls)
@@ -396,6 +391,8 @@ def scenario_table(verdicts: pd.DataFrame) -> Table:
 # ------------------------------------------------- restart vs fail over
 # The master-fault scenarios that restart the crashed master on its own
 # disk, beside those that promote its slave instead (FAILOVER_MATRIX).
+# The scenarios whose master is replaced: by hand (classic) or by election.
+FAILOVER_SCENARIOS = (*FAILOVER_MATRIX, *CONTROLLER_MATRIX)
 RESTART_IN_PLACE = ("master-crash", "master-crash-unflushed", "master-crash-mid-flush",
                     "master-crash-consuming", "master-crash-after-ship")
 
@@ -428,19 +425,19 @@ def restart_vs_failover_table(verdicts: pd.DataFrame) -> Table | None:
     master in place beside those that promoted its slave; None unless the
     runs hold both."""
     restart = verdicts["scenario"].isin(RESTART_IN_PLACE)
-    failover = verdicts["scenario"].isin(FAILOVER_MATRIX)
+    failover = verdicts["scenario"].isin(FAILOVER_SCENARIOS)
     if not restart.any() or not failover.any():
         return None
     rows, classes = [], []
-    for role, flush in _modes(verdicts):
-        mode = (verdicts["role"] == role) & (verdicts["flush"] == flush)
+    for m in modes_in(verdicts):
+        mode = m.select(verdicts)
         for b in backends(verdicts):
             here = mode & (verdicts["backend"] == b)
             a, f = verdicts[here & restart], verdicts[here & failover]
             if not len(a) and not len(f):
                 continue
             (a_text, a_cls), (f_text, f_cls) = _operator_cell(a, b), _operator_cell(f, b)
-            rows.append([mode_label(role, flush), b, a_text, f_text])
+            rows.append([m.label, b, a_text, f_text])
             classes.append(["", "", a_cls, f_cls])
     return Table(["mode", "backend", "restart in place", "fail over to the slave"], rows,
                  classes=classes, css="scenarios")
@@ -479,19 +476,19 @@ def failover_cell(runs: pd.DataFrame, backend: str) -> tuple[str, str]:
 
 
 def failover_table(verdicts: pd.DataFrame) -> Table | None:
-    """Per mode and failover scenario (FAILOVER_MATRIX), a column per
+    """Per mode and failover scenario (FAILOVER_SCENARIOS), a column per
     backend (failover_cell), linking to the run's page or the runs' rows;
     None when no run failed over."""
-    failover = verdicts[verdicts["scenario"].isin(FAILOVER_MATRIX)]
+    failover = verdicts[verdicts["scenario"].isin(FAILOVER_SCENARIOS)]
     if not len(failover):
         return None
     present = backends(failover)
     rows, links, classes = [], [], []
-    for role, flush in _modes(failover):
-        mode = failover[(failover["role"] == role) & (failover["flush"] == flush)]
-        for scenario in [s for s in FAILOVER_MATRIX if (mode["scenario"] == s).any()]:
+    for m in modes_in(failover):
+        mode = failover[m.select(failover)]
+        for scenario in [s for s in FAILOVER_SCENARIOS if (mode["scenario"] == s).any()]:
             cell = mode[mode["scenario"] == scenario]
-            row, cls = [mode_label(role, flush), scenario], ["", ""]
+            row, cls = [m.label, scenario], ["", ""]
             link: list[str | None] = [None, None]
             for b in present:
                 g = cell[cell["backend"] == b]
@@ -499,7 +496,8 @@ def failover_table(verdicts: pd.DataFrame) -> Table | None:
                 row.append(text)
                 cls.append(c)
                 link.append(None if not len(g) else run_page(g["run_id"].iloc[0])
-                            if len(g) == 1 else "#" + group_anchor(role, flush, scenario))
+                            if len(g) == 1 else "#" + group_anchor(m.role, m.flush, scenario,
+                                                                   m.ha))
             rows.append(row)
             links.append(link)
             classes.append(cls)

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
+
+from chaos.check import promises
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUNS = "runs"
 
@@ -28,8 +33,58 @@ class Table:
 Block = tuple[str, Any]
 
 
-def mode_label(role: str, flush: str) -> str:
-    return f"{role} + {flush}"
+CLASSIC = "classic"
+
+
+def mode_label(role: str, flush: str, ha: str = CLASSIC) -> str:
+    """A mode as the report names it: ROLE + FLUSH in classic mode; in
+    controller mode its settings, the role they make in brackets."""
+    if ha == CLASSIC:
+        return f"{role} + {flush}"
+    return f"{ha} ({role}) + {flush}"
+
+
+def ha_label(params: Any) -> str:
+    """"classic", or controller mode with its settings as the report names
+    them (from params.json's config; a run from before it is classic)."""
+    cfg = params.get("config") or {}
+    if cfg.get("ha_mode", "classic") == "classic":
+        return "classic"
+    acks = ("all-ack" if cfg.get("all_ack_in_sync_state_set")
+            else f"in-sync-replicas {cfg.get('in_sync_replicas', 1)}")
+    least = int(cfg.get("min_in_sync_replicas", 1))
+    return ("controller " + acks + (f", min {least}" if least > 1 else "")
+            + (", unclean" if cfg.get("elect_unclean") else ""))
+
+
+class Mode(NamedTuple):
+    """What the report groups runs by: the role and flush (whose promises
+    the runs are judged by) and the HA mode with its settings ("classic",
+    or e.g. "controller all-ack"; the verdicts' `ha` column)."""
+
+    role: str
+    flush: str
+    ha: str = CLASSIC
+
+    @property
+    def label(self) -> str:
+        return mode_label(self.role, self.flush, self.ha)
+
+    def select(self, verdicts: pd.DataFrame) -> pd.Series:
+        """The rows of `verdicts` (or any frame with role, flush, ha) of this mode."""
+        ha = verdicts.get("ha", CLASSIC)
+        return ((verdicts["role"] == self.role) & (verdicts["flush"] == self.flush)
+                & (ha == self.ha))
+
+
+def modes_in(verdicts: pd.DataFrame) -> list[Mode]:
+    """The modes `verdicts` holds: classic ones first, each HA setting's in
+    the promises' order."""
+    has = verdicts["ha"] if "ha" in verdicts else [CLASSIC] * len(verdicts)
+    present = set(zip(verdicts["role"], verdicts["flush"], has, strict=True))
+    has_order = sorted({h for *_, h in present}, key=lambda h: (h != CLASSIC, h))
+    return [Mode(r, f, h) for h in has_order for r, f in promises.PROMISES
+            if (r, f, h) in present]
 
 
 def plural(n: int, word: str) -> str:
@@ -40,8 +95,8 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def group_anchor(role: str, flush: str, scenario: str) -> str:
-    return "runs-" + slug(f"{role} {flush} {scenario}")
+def group_anchor(role: str, flush: str, scenario: str, ha: str = CLASSIC) -> str:
+    return "runs-" + slug(f"{role} {flush} {scenario}" + ("" if ha == CLASSIC else f" {ha}"))
 
 
 def run_page(run_id: str) -> str:

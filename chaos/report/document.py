@@ -36,13 +36,8 @@ from chaos.report.progress import Progress, QuietProgress
 
 RUNS = blocks.RUNS
 FEATURED_RUNS = 4  # run timelines shown in the report itself
-def mode_label(role: str, flush: str) -> str:
-    return blocks.mode_label(role, flush)
-
-
-def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
-    present = set(zip(verdicts["role"], verdicts["flush"], strict=True))
-    return [m for m in promises.PROMISES if m in present]
+def mode_label(role: str, flush: str, ha: str = blocks.CLASSIC) -> str:
+    return blocks.mode_label(role, flush, ha)
 
 
 def _fmt(v: Any) -> str:
@@ -232,8 +227,9 @@ ANSWER = {
 
 
 def _group_cells(row: Any, conditions: list[str]) -> tuple[list[str], list[str | None]]:
-    anchor = "#" + group_anchor(row["role"], row["flush"], row["scenario"])
-    cells = [mode_label(row["role"], row["flush"]), row["scenario"],
+    ha = row.get("ha", blocks.CLASSIC)
+    anchor = "#" + group_anchor(row["role"], row["flush"], row["scenario"], ha)
+    cells = [mode_label(row["role"], row["flush"], ha), row["scenario"],
              *[str(row[c]) for c in conditions]]
     return cells, [None, anchor, *[None for _ in conditions]]
 
@@ -334,10 +330,11 @@ def runs_table(verdicts: pd.DataFrame) -> Table:
     rows, links, classes, ids = [], [], [], []
     seen: set[str] = set()
     for r in verdicts.itertuples():
-        anchor = group_anchor(r.role, r.flush, r.scenario)
+        ha = getattr(r, "ha", blocks.CLASSIC)
+        anchor = group_anchor(r.role, r.flush, r.scenario, ha)
         ids.append(None if anchor in seen else anchor)
         seen.add(anchor)
-        rows.append([r.run_id, mode_label(r.role, r.flush), r.scenario, str(r.seed),
+        rows.append([r.run_id, mode_label(r.role, r.flush, ha), r.scenario, str(r.seed),
                      f"{r.acked_lost_master:,} / {r.acked_lost_everywhere:,} / "
                      f"{r.acked_stranded:,} / {r.promise_violations:,}",
                      f"{r.failed_put_share:.1%}",
@@ -459,13 +456,12 @@ def _findings(verdicts: pd.DataFrame) -> list[Block]:
     """A finding per mode, and per backend when the runs have several."""
     present = answer.backends(verdicts)
     out: list[Block] = [("h2", "Findings")]
-    for role, flush in _modes(verdicts):
+    for m in blocks.modes_in(verdicts):
         for backend in present:
-            runs = verdicts[(verdicts["role"] == role) & (verdicts["flush"] == flush)
-                            & (verdicts["backend"] == backend)]
+            runs = verdicts[m.select(verdicts) & (verdicts["backend"] == backend)]
             if len(runs):
-                title = mode_label(role, flush) + (f", {backend}" if len(present) > 1 else "")
-                out += [("h3", title), ("p", finding(role, flush, runs))]
+                title = m.label + (f", {backend}" if len(present) > 1 else "")
+                out += [("h3", title), ("p", finding(m.role, m.flush, runs))]
     return out
 
 

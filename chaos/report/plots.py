@@ -26,9 +26,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from chaos.check import promises
 from chaos.report.answer import backends
-from chaos.report.blocks import mode_label
+from chaos.report.blocks import Mode, modes_in
 
 PLOTS = "plots"
 # Outcome -> (colour, what it counts).
@@ -51,9 +50,8 @@ def _save(fig: Figure, out_dir: str, name: str) -> str:
     return rel
 
 
-def _modes(verdicts: pd.DataFrame) -> list[tuple[str, str]]:
-    present = set(zip(verdicts["role"], verdicts["flush"], strict=True))
-    return [m for m in promises.PROMISES if m in present]
+def _modes(verdicts: pd.DataFrame) -> list[Mode]:
+    return modes_in(verdicts)
 
 
 def outcome_counts(runs: pd.DataFrame) -> list[int]:
@@ -85,8 +83,7 @@ def outcomes_figure(verdicts: pd.DataFrame) -> Figure:
     """Per mode and backend, the puts by outcome: a panel per outcome on a
     linear axis of its own, each bar labelled with its count."""
     modes, present = _modes(verdicts), backends(verdicts)
-    counts = {(m, b): outcome_counts(verdicts[(verdicts["role"] == m[0])
-                                              & (verdicts["flush"] == m[1])
+    counts = {(m, b): outcome_counts(verdicts[m.select(verdicts)
                                               & (verdicts["backend"] == b)])
               for m in modes for b in present}
     fig = Figure(figsize=(12, 1.6 + 2 * (0.5 + 0.28 * len(modes) * len(present))),
@@ -107,8 +104,8 @@ def outcomes_figure(verdicts: pd.DataFrame) -> Figure:
         ax.tick_params(labelsize=7)
         ax.set_title(outcome, fontsize=9, color="black")
         ax.set_xlabel("puts", fontsize=8)
-        ax.set_yticks(range(len(modes)), [mode_label(r, f).replace(" + ", "\n")
-                                          for r, f in modes], fontsize=7)
+        ax.set_yticks(range(len(modes)), [m.label.replace(" + ", "\n")
+                                          for m in modes], fontsize=7)
     axes[0].invert_yaxis()
     fig.suptitle("Outcome of every put, per mode and backend (each panel its own linear axis)",
                  fontsize=10)
@@ -126,10 +123,9 @@ def slave_ahead_figure(verdicts: pd.DataFrame) -> Figure:
     gap = verdicts[["slave_ahead_at_restart_bytes", "slave_ahead_at_end_bytes"]].max(axis=1)
     top = max(float(gap.max()) if len(gap) else 0.0, 1.0)
     width = 0.7 / len(present)
-    for i, (role, flush) in enumerate(modes):
+    for i, m in enumerate(modes):
         for j, b in enumerate(present):
-            sel = ((verdicts["role"] == role) & (verdicts["flush"] == flush)
-                   & (verdicts["backend"] == b))
+            sel = m.select(verdicts) & (verdicts["backend"] == b)
             y = gap[sel].to_numpy(dtype=float)
             if not len(y):
                 continue
@@ -145,7 +141,7 @@ def slave_ahead_figure(verdicts: pd.DataFrame) -> Figure:
                           linewidth=1)
                 ax.text(x, y.max() + top * 0.02, f"max {int(y.max()):,} B", ha="center",
                         va="bottom", fontsize=7)
-    ax.set_xticks(range(len(modes)), [mode_label(r, f).replace(" + ", "\n") for r, f in modes],
+    ax.set_xticks(range(len(modes)), [m.label.replace(" + ", "\n") for m in modes],
                   fontsize=8)
     ax.set_xlim(-0.6, len(modes) - 0.4)
     ax.set_ylim(0, top * 1.25)

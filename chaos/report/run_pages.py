@@ -38,6 +38,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from chaos.check.run_dirs import RunInfo
+from chaos.report import blocks
 from chaos.report.blocks import plural
 from chaos.schema import read_jsonl
 from store.status import INDETERMINATE, PutStatus
@@ -214,7 +215,7 @@ def timeline_figure(run: RunInfo) -> Figure:
         3, 1, sharex=True, height_ratios=[0.6 + 0.35 * len(lanes), 2.6, 1.6])
     sim = run.params["backend"] == "sim"
     clock = "simulated " if sim else ""
-    fig.suptitle(f"{run.run_id}: {run.params['role']} + {run.params['flush']}, "
+    fig.suptitle(f"{run.run_id}: {_mode(run)}, "
                  f"scenario {run.params['scenario']}, seed {run.params['seed']} — "
                  + ("SIM backend, simulated time" if sim
                     else f"{run.params['backend']} backend, wall-clock time"), fontsize=10)
@@ -417,7 +418,7 @@ def _facts(run: RunInfo, v: dict[str, Any], sec: str, ms: str) -> list[tuple[str
     """A run page's facts: what ran, and what it came to (`sec`, `ms`: the
     units, simulated on a sim run)."""
     return [
-        ("mode", f"{run.params['role']} + {run.params['flush']}"),
+        ("mode", _mode(run)),
         ("scenario, seed", f"{run.params['scenario']}, {run.params['seed']}"),
         ("conditions", f"backend {run.params['backend']}, crash model "
                        f"{run.params['crash_model']}, slave-ahead policy "
@@ -581,3 +582,9 @@ def run_page_html(run: RunInfo, v: dict[str, Any], lost: pd.DataFrame | None,
     items = _file_links(run, runs_dir)
     out += ["<h2>Files</h2>", "<ul>" + "".join(items) + "</ul>", "</body></html>"]
     return "\n".join(out) + "\n"
+
+
+def _mode(run: RunInfo) -> str:
+    """The run's mode as the report names it (blocks.mode_label)."""
+    p = run.params
+    return blocks.mode_label(p["role"], p["flush"], blocks.ha_label(p))

@@ -23,11 +23,12 @@ import pandas as pd
 
 from chaos.check import consumption, outage, promises, rates
 from chaos.check.run_dirs import RunInfo
+from chaos.report import blocks
 from store.status import PutStatus
 
 # The comparison has one row per value of these: the issue's role x flush x
 # scenario, split further only when a sweep varied the run conditions.
-COMPARISON_KEYS = ("role", "flush", "scenario", "backend", "crash_model",
+COMPARISON_KEYS = ("role", "flush", "ha", "scenario", "backend", "crash_model",
                    "slave_ahead_policy", "ha_ship_limit", "corruption_policy")
 
 COUNTS = (
@@ -84,7 +85,7 @@ def _run_columns(run: RunInfo) -> dict[str, Any]:
     """A verdict row's columns from the run's parameters."""
     p = run.params
     return {
-        "run_id": run.run_id, "role": p["role"], "flush": p["flush"],
+        "run_id": run.run_id, "role": p["role"], "flush": p["flush"], "ha": blocks.ha_label(p),
         "scenario": p["scenario"], "seed": p["seed"], "backend": p["backend"],
         "crash_model": p["crash_model"], "slave_ahead_policy": p["slave_ahead_policy"],
         "ha_ship_limit": p["ha_ship_limit"], "corruption_policy": p["corruption_policy"],
@@ -210,7 +211,7 @@ def verdicts_table(runs: Sequence[RunInfo], figures: pd.DataFrame, timeline: pd.
     df["first_divergent_offset"] = df["first_divergent_offset"].astype("Int64")
     for k in CONSUME_COLUMNS:
         df[k] = df[k].astype("Int64")
-    return df.sort_values(["role", "flush", "scenario", "run_id"]).reset_index(drop=True)
+    return df.sort_values(["role", "flush", "ha", "scenario", "run_id"]).reset_index(drop=True)
 
 
 def _sum_counts(column: pd.Series) -> dict[str, int]:

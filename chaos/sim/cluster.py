@@ -48,7 +48,7 @@ from typing import Any
 from chaos.harness import sparse
 from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import NO_ROUTE_DETAIL, NO_ROUTE_STATUS, SendOutcome
-from chaos.sim.controller import SimController
+from chaos.sim.controller import CONTROLLER_ADDRESS, CONTROLLER_NAME, SimController
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.controller.config import ControllerConfig
@@ -240,8 +240,6 @@ class SimCluster:
     def _sim_node(self, spec: NodeSpec, listen: str, master: str | None,
                   slaves: tuple[str, ...] = ()) -> SimNode:
         if self.controller is not None:
-            from chaos.sim.controller import CONTROLLER_ADDRESS
-
             config = _node_config(spec, listen, None, self.token, slaves, CONTROLLER_ADDRESS)
         else:
             config = _node_config(spec, listen, master, self.token, slaves)
@@ -405,9 +403,15 @@ class SimCluster:
     def paused(self, name: str) -> bool:
         return name in self._held
 
+    def _address(self, name: str) -> str:
+        """A node's address, or the controller's (CONTROLLER_NAME)."""
+        if name == CONTROLLER_NAME:
+            return CONTROLLER_ADDRESS
+        return self.nodes[name].address
+
     def partition(self, a: str, b: str) -> None:
         self._partitions.add((a, b))
-        self.network.partition(self.nodes[a].address, self.nodes[b].address)
+        self.network.partition(self._address(a), self._address(b))
 
     def partitioned(self, a: str, b: str) -> bool:
         return (a, b) in self._partitions
@@ -422,9 +426,10 @@ class SimCluster:
         if (a, b) not in self._partitions:
             return
         self._partitions.discard((a, b))
-        client = b if not self._follows(a) else a
-        self.network.reset(self.nodes[client].address)
-        self.network.heal(self.nodes[a].address, self.nodes[b].address)
+        if CONTROLLER_NAME not in (a, b):  # its calls are unary: no stream to reset
+            client = b if not self._follows(a) else a
+            self.network.reset(self.nodes[client].address)
+        self.network.heal(self._address(a), self._address(b))
 
     def _follows(self, name: str) -> bool:
         """The node is a slave: configured as one, or following a master

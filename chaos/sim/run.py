@@ -73,6 +73,7 @@ from chaos.sim.cluster import (
     SimulatedCrash,
 )
 from chaos.sim.consumer import SimConsumer
+from chaos.sim.controller import CONTROLLER_NAME
 from cluster.backends.interface import NodeState
 from cluster.node.role import Role
 from ha.config import HAMode
@@ -328,6 +329,9 @@ class SimRun(RunBase):
             for s in self.slaves:
                 cluster.partition(master, s)
                 self.record.fault("partition", master, t, peer=s)
+            if step.target == "master_and_controller" and cluster.controller is not None:
+                cluster.partition(master, CONTROLLER_NAME)
+                self.record.fault("partition", master, t, peer=CONTROLLER_NAME)
             return
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(cluster, t, None)

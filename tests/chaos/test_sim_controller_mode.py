@@ -176,3 +176,38 @@ def test_controller_mode_on_another_backend_is_a_usage_error(tmp_path: Any) -> N
          "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "--backend sim" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_matrix_with_both_ha_modes_runs_classic_roles_and_one_controller_mode() -> None:
+    from chaos.matrix.grid import MatrixConfig
+
+    cfg = MatrixConfig(out_dir="out", scenarios=["lone-in-sync-master"], runs=2,
+                       template={"ha_mode": HAMode.CONTROLLER, "in_sync_replicas": 2},
+                       ha_modes=["classic", "controller"])
+    configs = cfg.run_configs()
+    classic = [c for c in configs if c.ha_mode is HAMode.CLASSIC]
+    controller = [c for c in configs if c.ha_mode is HAMode.CONTROLLER]
+    assert len(classic) == 2 * 2 * 2  # roles x flushes x runs
+    assert len(controller) == 2 * 2  # flushes x runs: the role is the settings'
+    assert {c.role for c in controller} == {Role.SYNC_MASTER}  # in-sync-replicas 2 waits
+    assert all(c.in_sync_replicas == 1 for c in classic)  # no controller setting leaks
+    assert all("-controller-isr2-" in c.run_id for c in controller)
+    # The same seeds on both sides: the modes face the same chaos.
+    assert sorted({c.seed for c in classic}) == sorted({c.seed for c in controller}) == [1, 2]
+
+
+def test_the_report_keeps_classic_and_controller_runs_of_one_role_apart() -> None:
+    import pandas as pd
+
+    from chaos.report.blocks import ha_label, modes_in
+
+    v = pd.DataFrame({"role": ["SYNC_MASTER"] * 3, "flush": ["ASYNC_FLUSH"] * 3,
+                      "ha": ["classic", "controller all-ack", "controller all-ack"]})
+    modes = modes_in(v)
+    assert [m.label for m in modes] == ["SYNC_MASTER + ASYNC_FLUSH",
+                                        "controller all-ack (SYNC_MASTER) + ASYNC_FLUSH"]
+    assert [int(m.select(v).sum()) for m in modes] == [1, 2]
+    assert ha_label({"config": {"ha_mode": "controller", "in_sync_replicas": 2,
+                                "min_in_sync_replicas": 2, "elect_unclean": True}}) == \
+        "controller in-sync-replicas 2, min 2, unclean"
+    assert ha_label({"role": "SYNC_MASTER"}) == "classic"  # a run from before the field
