@@ -165,6 +165,10 @@ def _capturing(handler: _LogCapture) -> Iterator[None]:
         logger.propagate = propagate
 
 
+# A partition's detail when it cuts the master from the controller.
+CONTROLLER_CUT = "from the controller (it cannot hear the master's heartbeats)"
+
+
 class SimRun(RunBase):
     """One chaos run on the sim backend; writes the same result directory
     as chaos/harness/runner.py's Run (chaos/schema.py), with backend=sim, through
@@ -330,8 +334,9 @@ class SimRun(RunBase):
                 cluster.partition(master, s)
                 self.record.fault("partition", master, t, peer=s)
             if step.target == "master_and_controller" and cluster.controller is not None:
+                # The controller is no node of the run: no peer, said in the detail.
                 cluster.partition(master, CONTROLLER_NAME)
-                self.record.fault("partition", master, t, peer=CONTROLLER_NAME)
+                self.record.fault("partition", master, t, detail=CONTROLLER_CUT)
             return
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(cluster, t, None)
@@ -378,7 +383,12 @@ class SimRun(RunBase):
         for a, b in sorted(cluster.partitions()):
             cluster.heal(a, b)
             self.record.close_fault("partition", a, t)
-            self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
+            if b == CONTROLLER_NAME:
+                self.record.fault("heal", a, t, end=t,
+                                  detail=f"{detail}: the controller" if detail else
+                                  "the controller")
+            else:
+                self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
 
     async def _failover_step(self, cluster: SimCluster, action: Action, name: str,
                              t: int) -> None:
@@ -420,6 +430,9 @@ class SimRun(RunBase):
         ahead_of = cluster.wrote(master) if master is not None else None
         if cluster.controller is not None:
             # The node starts and asks the controller whom to follow.
+            if cluster.nodes[name].state is NodeState.RUNNING:
+                raise FailoverRefused(f"cannot rejoin {name}: it is running (in controller "
+                                      "mode it follows the elected master by itself)")
             if start_s := self._start_s():
                 await asyncio.sleep(start_s)
             started = await cluster.start(name)
