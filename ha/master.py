@@ -126,6 +126,9 @@ class HAMaster(ha_pb2_grpc.HAServicer):
         # Controller mode (ha/autoswitch/acks.py): how many of whose acks a
         # put waits for; None: classic (the best ack of any slave).
         self.quorum: AckQuorum | None = None
+        # Told (slave, acked) after every accepted report (controller mode:
+        # a slave that caught up joins the SyncStateSet at once).
+        self.on_ack: Callable[[str, int], object] | None = None
         # When each slave last caught up (monotonic s): its ack reached what
         # the master had written when it shipped the range before
         # (AutoSwitchHAConnection's lastCatchUpTimeMs). Kept while away.
@@ -413,6 +416,8 @@ class HAMaster(ha_pb2_grpc.HAServicer):
             if decision.acked >= caught_up[0]:
                 self.caught_up_at[stream.session.slave] = max(
                     caught_up[1], self.caught_up_at.get(stream.session.slave, caught_up[1]))
+            if self.on_ack is not None:
+                self.on_ack(stream.session.slave, decision.acked)
             self._acked_advanced()
         elif isinstance(decision, Close):
             if decision.kind == "ahead":

@@ -70,6 +70,7 @@ RMQ_3015 = "rmq-3015"
 RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 RMQ_EPOCH_IN_PLACE = "rmq-epoch-in-place"
+RMQ_5663 = "rmq-5663"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 PLANTED_CHECKPOINT_BEFORE_FLUSH = "planted-checkpoint-before-flush"
 PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
@@ -92,6 +93,8 @@ RMQ_BUGS: dict[str, str] = {
              "5 s for dispatch: records left without consume-queue units stay so",
     RMQ_EPOCH_IN_PLACE: "controller mode: the epoch file is rewritten in place (a .bak copy, "
                         "no fsync, no rename), so a crash can leave it torn or gone",
+    RMQ_5663: "controller mode: while a SyncStateSet change is on its way to the "
+              "controller, the master acknowledges by the old set, not the union of both",
 }
 # Planted faults (not RocketMQ's; see the module docstring).
 PLANTED: dict[str, str] = {

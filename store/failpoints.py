@@ -16,6 +16,7 @@ that much virtual time (store/sim/cooperative_executor.py).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import signal
@@ -25,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 KNOWN = {
+    "sync_state_set_adopt": "master (controller mode): the controller's answer to a "
+                            "SyncStateSet change received, before the master adopts it "
+                            "(a delay here is an answer late in coming: the node goes on)",
     "after_append_before_flush": "master/any: a put appended, before its flush",
     "after_ship_before_ack": "master: a range sent to a slave, before the slave's ack",
     "slave_after_append_before_report": "slave: shipped bytes appended, before the report",
@@ -164,6 +168,22 @@ class Failpoints:
             (self._stall or time.sleep)(fp.delay_ms / 1000)
             if fp.action == "delay+crash":
                 self._crash()
+
+    async def hit_async(self, name: str) -> None:
+        """hit() for a coroutine: a `delay` waits on the event loop (the
+        node goes on; only the coroutine that hit it waits), then a
+        `+crash` crashes as hit() does."""
+        fp = self._armed.get(name)
+        if fp is None or fp.action not in ("delay", "delay+crash") or fp.hits + 1 != fp.nth:
+            self.hit(name)
+            return
+        fp.hits += 1
+        self.fired.append(name)
+        print(f"failpoint {name} fired ({fp.action}) on hit {fp.hits}", file=sys.stderr,
+              flush=True)
+        await asyncio.sleep(fp.delay_ms / 1000)
+        if fp.action == "delay+crash":
+            self._crash()
 
     def _crash(self) -> None:
         if self._on_crash is not None:

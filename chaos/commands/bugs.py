@@ -38,7 +38,16 @@ from chaos.check.summary import judge_run_acks
 from chaos.harness.scenarios import get as get_scenario
 from chaos.harness.workload import WorkloadConfig
 from chaos.schema import read_jsonl
-from store.emulate import RMQ_405, RMQ_2706, RMQ_3015, RMQ_3349, RMQ_8239, RMQ_10666, SWITCHES
+from store.emulate import (
+    RMQ_405,
+    RMQ_2706,
+    RMQ_3015,
+    RMQ_3349,
+    RMQ_5663,
+    RMQ_8239,
+    RMQ_10666,
+    SWITCHES,
+)
 
 # Figures judge_run gives; a bug's `expected` is one of them.
 FIGURES = ("acked", "disk_violations", "replica_violations", "promise_violations",
@@ -65,6 +74,10 @@ class Bug:
     # A second shape of the switch's bug: its name ("" for the switch's
     # first entry); the entry is then named SWITCH/SHAPE.
     shape: str = ""
+    # Controller mode's bugs run in it, with these settings and slaves.
+    ha_mode: str = "classic"
+    all_ack_in_sync_state_set: bool = False
+    slaves: int = 1
 
     @property
     def name(self) -> str:
@@ -77,7 +90,9 @@ class Bug:
                 "flush": self.flush, "ha_ship_limit": self.ha_ship_limit,
                 "slave_ahead_policy": self.slave_ahead_policy,
                 "master_args": self.master_args, "slave_args": self.slave_args,
-                "workload": self.workload}
+                "workload": self.workload, "ha_mode": self.ha_mode,
+                "all_ack_in_sync_state_set": self.all_ack_in_sync_state_set,
+                "slaves": self.slaves}
 
     def as_dict(self) -> dict[str, Any]:
         d = {"name": self.name, **asdict(self)}
@@ -261,6 +276,32 @@ CORPUS: tuple[Bug, ...] = (
         verdict="stored, never delivered: acknowledged messages on the master's disk that "
                 "the drained consumer never got (they have no consume-queue unit)",
     ),
+    Bug(
+        id=RMQ_5663, thread="apache/rocketmq#5663",
+        title="Messages lost when the SyncStateSet expands: the master acknowledges by the "
+              "old set while the controller already holds the new one",
+        reintroduces="the master keeps acknowledging by its old SyncStateSet while its "
+                     "request to expand it is on the way (cluster/node/replicas_manager.py "
+                     "_keep_sync_state_set); the fixed code counts the union of the old and "
+                     "the new set until the controller's answer is adopted",
+        real_fix="apache/rocketmq#5798 (AutoSwitchHAService.isSynchronizingSyncStateSet: "
+                 "acks by the union of the local and the remote set while a change is "
+                 "synchronizing); here the `synchronizing` set of Node.set_sync_state_set",
+        scenario="sync-state-set-expand-master-crash", role="SYNC_MASTER",
+        flush="ASYNC_FLUSH", ha_mode="controller", all_ack_in_sync_state_set=True,
+        slaves=2,
+        # The slaves take only flushed bytes, and the master flushes nothing
+        # within the run (a lazy flusher: 4 MiB, no thorough flush), so what
+        # it acknowledges alone is on no slave, and its power cut takes it
+        # from the master too. Fixed, the puts of the window wait for the
+        # new members, which get nothing unflushed: FLUSH_SLAVE_TIMEOUT.
+        ha_ship_limit="flushed",
+        master_args=("--flush-least-pages", "1024", "--flush-thorough-interval-ms", "600000"),
+        workload=WorkloadConfig(producers=4, rate_per_s=50.0),
+        expected="replica_violations",
+        verdict="replica promise violated: PUT_OKs of the last moments before the crash "
+                "that the elected member never received",
+    ),
 )
 
 BY_NAME = {b.name: b for b in CORPUS}
@@ -275,6 +316,15 @@ def get(name: str) -> Bug:
         return BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown bug {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+def backend_refusal(bug: Bug, backend: str) -> str | None:
+    """Why `backend` cannot run `bug`'s scenario yet, or None: controller
+    mode's bugs run where a controller does (the sim, so far)."""
+    if bug.ha_mode == "controller" and backend != "sim":
+        return ("controller mode runs on --backend sim so far (the local and compose "
+                "backends do not start a controller yet)")
+    return None
 
 
 def sim_refusal(bug: Bug, crash_model: str = "power") -> str | None:

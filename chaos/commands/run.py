@@ -250,21 +250,22 @@ def _matrix_end(args: argparse.Namespace, outcome: MatrixOutcome, violated: list
     return 1 if n_violated or outcome.failed else 0
 
 
-def _sim_bugs(chosen: list[Any], args: argparse.Namespace) -> list[Any]:
-    """The bugs of `chosen` the sim backend can check: one named with --bug
+def _checkable_bugs(chosen: list[Any], args: argparse.Namespace) -> list[Any]:
+    """The bugs of `chosen` the backend can check: one named with --bug
     that it cannot is refused (exit 2) with the reason; checking the whole
     corpus, such a bug is skipped with the reason printed."""
-    from chaos.commands.bugs import sim_refusal
+    from chaos.commands.bugs import backend_refusal, sim_refusal
 
     runnable = []
     for b in chosen:
-        why = sim_refusal(b, args.crash_model)
+        why = backend_refusal(b, args.backend) or (
+            sim_refusal(b, args.crash_model) if args.backend == "sim" else None)
         if why is None:
             runnable.append(b)
         elif args.bug:
-            raise UserError(f"{b.name} cannot be checked on the sim backend: {why}")
+            raise UserError(f"{b.name} cannot be checked on the {args.backend} backend: {why}")
         else:
-            print(f"{b.name}: skipped on the sim backend: {why}", flush=True)
+            print(f"{b.name}: skipped on the {args.backend} backend: {why}", flush=True)
     return runnable
 
 
@@ -297,8 +298,7 @@ def cmd_bugs(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UserError("--check needs --out DIR (where the runs go)")
-    if args.backend == "sim":
-        chosen = _sim_bugs(chosen, args)
+    chosen = _checkable_bugs(chosen, args)
     results_dir(args.out)
     seeds = [args.seed + k for k in range(args.runs)]
     base = {"backend": args.backend, "crash_model": args.crash_model,

@@ -18,10 +18,11 @@ One task per node (it dies with the node: a kill cancels it). Every
    (Node.become_slave: the rejoin handshake and truncation first). A
    controller that cannot be reached changes nothing: a master stays a
    master, as RocketMQ's does (the isolated master of the chaos scenarios).
-4. As master, every `sync_state_set_check_ms`, and at once when a slave
-   catches up: shrink the set by members with no stream or not caught up
-   for `max_time_slave_not_catchup_ms`; expand it by a connected slave whose
-   ack reached the confirmed offset and the current epoch's start. Each
+4. As master: every `sync_state_set_check_ms`, shrink the set by members
+   with no stream or not caught up for `max_time_slave_not_catchup_ms`; at
+   every ack (HAMaster.on_ack) and every round, expand it by a connected
+   slave whose ack reached the confirmed offset and the current epoch's
+   start. Each
    change is an AlterSyncStateSet fenced by both epochs; the master adopts
    the set the controller answers with, never its own proposal.
 """
@@ -36,6 +37,7 @@ import grpc
 
 from ha.credentials import token_metadata
 from proto import controller_pb2
+from store.emulate import RMQ_5663
 
 if TYPE_CHECKING:
     from cluster.node.server import Node
@@ -57,6 +59,36 @@ class ReplicasManager:
         self.info = controller_pb2.ReplicaInfo()
         self._last_check = 0.0
         self.interval_s = node.config.ha.controller_heartbeat_ms / 1000
+        # One SyncStateSet change on its way at a time.
+        self._changing = asyncio.Lock()
+        self._expansion: asyncio.Task[None] | None = None
+
+    def on_ack(self, slave: str, acked: int) -> None:
+        """HAMaster's hook after every accepted report: a slave not in the
+        SyncStateSet whose ack reached the confirmed offset and the epoch's
+        start joins it now (AutoSwitchHAConnection.maybeExpandInSyncStateSet
+        checks on every ack), not at the next round."""
+        node = self.node
+        if (slave in node.sync_state_set or node.ha_master is None or not self.broker_id
+                or self.info.master_id != self.broker_id
+                or (self._expansion is not None and not self._expansion.done())):
+            return
+        if acked >= self._join_offset():
+            self._expansion = asyncio.get_running_loop().create_task(self._expand())
+
+    def _join_offset(self) -> int:
+        """What a slave's ack must reach to join: the confirmed offset and
+        the current epoch's start."""
+        store, epochs = self.node.store, self.node.epochs
+        assert store is not None and epochs is not None
+        last = epochs.epochs.last
+        return max(store.confirmed_offset(), last.start_offset if last else 0)
+
+    async def _expand(self) -> None:
+        try:
+            await self._keep_sync_state_set(shrink=False)
+        except grpc.RpcError as exc:
+            log.info("SyncStateSet expansion not sent: %s (%s)", exc.code(), exc.details())
 
     async def _call(self, method: str, request: Any) -> Any:
         return await getattr(self.stub, method)(request, metadata=self.metadata,
@@ -91,7 +123,8 @@ class ReplicasManager:
                 requester=self.broker_id))
             info = reply.replica_info
         await self._apply(info)
-        if node.ha_master is not None and info.master_id == self.broker_id:
+        if (node.ha_master is not None and info.master_id == self.broker_id
+                and not self._changing.locked()):  # a change on its way: next round
             await self._keep_sync_state_set()
 
     def _heartbeat(self) -> controller_pb2.HeartbeatRequest:
@@ -130,8 +163,13 @@ class ReplicasManager:
             self.names.update({m.broker_id: m.name for m in meta.members})
         return frozenset(self.names[i] for i in ids if i in self.names)
 
-    async def _keep_sync_state_set(self) -> None:
-        """Step 4: propose a shrunk or expanded set; adopt the answer."""
+    async def _keep_sync_state_set(self, *, shrink: bool = True) -> None:
+        """Step 4: propose a shrunk (unless `shrink` is False) or expanded
+        set; adopt the answer. One change at a time."""
+        async with self._changing:
+            await self._change_sync_state_set(shrink)
+
+    async def _change_sync_state_set(self, shrink: bool) -> None:
         node = self.node
         ha, store, epochs = node.ha_master, node.store, node.epochs
         assert ha is not None and store is not None and epochs is not None
@@ -139,7 +177,7 @@ class ReplicasManager:
         now = node.clock.monotonic()
         members = node.sync_state_set
         connected = {a.slave: a.acked for a in ha.acks()}
-        check_due = now - self._last_check >= cfg.sync_state_set_check_ms / 1000
+        check_due = shrink and now - self._last_check >= cfg.sync_state_set_check_ms / 1000
         keep = {node.config.name}
         for name in members - {node.config.name}:
             caught = ha.caught_up_at.get(name)
@@ -147,10 +185,9 @@ class ReplicasManager:
             if not check_due or (name in connected
                                  and behind_s * 1000 < cfg.max_time_slave_not_catchup_ms):
                 keep.add(name)
-        epoch_start = epochs.epochs.last.start_offset if epochs.epochs.last else 0
-        confirmed = store.confirmed_offset()
+        join_at = self._join_offset()
         for name, acked in connected.items():
-            if name not in members and acked >= max(confirmed, epoch_start):
+            if name not in members and acked >= join_at:
                 keep.add(name)
         if check_due:
             self._last_check = now
@@ -162,15 +199,27 @@ class ReplicasManager:
             meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
             self.names.update({m.broker_id: m.name for m in meta.members})
             ids = {n: i for i, n in self.names.items()}
-        reply = await self._call("AlterSyncStateSet", controller_pb2.AlterSyncStateSetRequest(
-            master=self.broker_id, master_epoch=self.info.master_epoch,
-            sync_state_set_epoch=self.info.sync_state_set_epoch,
-            new_sync_state_set=sorted(ids[n] for n in new if n in ids)))
+        # While the change is on its way, puts wait for the union of the
+        # old and the new set (apache/rocketmq#5798's isSynchronizingSyncStateSet):
+        # the controller may apply it and the master die before it hears,
+        # and a new member elected must hold what was acknowledged.
+        if RMQ_5663 not in node.config.ha.emulate:
+            node.set_sync_state_set(members, synchronizing=new)
+        try:
+            reply = await self._call("AlterSyncStateSet", controller_pb2.AlterSyncStateSetRequest(
+                master=self.broker_id, master_epoch=self.info.master_epoch,
+                sync_state_set_epoch=self.info.sync_state_set_epoch,
+                new_sync_state_set=sorted(ids[n] for n in new if n in ids)))
+        except BaseException:
+            node.set_sync_state_set(members)  # no answer: the set as it was
+            raise
         if reply.outcome == "sync_state_set_changed":
             self.info = reply.replica_info
+            await node.failpoints.hit_async("sync_state_set_adopt")
             node.set_sync_state_set(await self._set_names(reply.replica_info.sync_state_set))
             log.warning("SyncStateSet is now %s (epoch %d)", sorted(node.sync_state_set),
                         reply.replica_info.sync_state_set_epoch)
         else:
+            node.set_sync_state_set(members)
             log.info("SyncStateSet change to %s not applied: %s %s", sorted(new),
                      reply.refusal or reply.outcome, reply.reason)

@@ -207,6 +207,7 @@ class Node:
         self.following: str | None = config.master  # a slave's master address
         self.sync_state_set: frozenset[str] = frozenset()
         self._role_tasks: list[asyncio.Task[Any]] = []
+        self._replicas_manager: Any = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -401,6 +402,7 @@ class Node:
         from cluster.node.replicas_manager import ReplicasManager
 
         manager = ReplicasManager(self, self._controller_stub())
+        self._replicas_manager = manager
         self._role_tasks.append(asyncio.get_running_loop().create_task(
             manager.run(), name="replicas-manager"))
 
@@ -436,6 +438,8 @@ class Node:
         if self.ha_master is None:
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
+            if self._replicas_manager is not None:
+                self.ha_master.on_ack = self._replicas_manager.on_ack
             if self.network is not None:
                 self.network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
         self.master_epoch = epoch
@@ -447,13 +451,15 @@ class Node:
         log.warning("node %s is the master of epoch %d from log offset %d (epochs %s)",
                     cfg.name, epoch, store.log.wrote, epochs.epochs)
 
-    def set_sync_state_set(self, members: frozenset[str]) -> None:
+    def set_sync_state_set(self, members: frozenset[str],
+                           synchronizing: frozenset[str] | None = None) -> None:
         """Controller mode, on the master: the SyncStateSet the controller
         holds (names); puts from now on wait for its quorum
-        (ha/autoswitch/acks.py)."""
+        (ha/autoswitch/acks.py). `synchronizing`: a change on its way to the
+        controller, whose members count too until its answer."""
         cfg = self.config
         self.sync_state_set = members
-        quorum = acks.quorum(cfg.ha, cfg.name, members)
+        quorum = acks.quorum(cfg.ha, cfg.name, members | (synchronizing or frozenset()))
         if self.ha_master is not None:
             self.ha_master.set_quorum(quorum)
         self._answer.set_rules(replace(SyncMasterRules.of(cfg.ha, sync_master=quorum.waits),
