@@ -92,3 +92,10 @@ class SimController:
         state = self.core.state
         member = state.member(state.master) if state.master is not None else None
         return member.name if member is not None else None
+
+    def sync_state_set(self) -> set[str]:
+        """The SyncStateSet the controller holds now, by name."""
+        if self.core is None:
+            return set()
+        state = self.core.state
+        return {m.name for m in state.members if m.broker_id in state.sync_state_set}

@@ -236,6 +236,13 @@ class SimRun(RunBase):
         deadline = loop.time() + 30.0
         while not cluster.slaves_connected() and loop.time() < deadline:
             await asyncio.sleep(0.01)
+        if cluster.controller is not None:
+            # Up means in sync: the controller's SyncStateSet holds every
+            # node before the load starts (a set of the master alone would
+            # acknowledge the first puts by itself).
+            while (cluster.controller.sync_state_set() != set(self.nodes)
+                   and loop.time() < deadline):
+                await asyncio.sleep(0.01)
         return cluster
 
     def _controller_config(self) -> ControllerConfig | None:
