@@ -145,9 +145,9 @@ class RunConfig:
             raise ValueError("the simulated duration must be positive")
         if self.slaves < 1:
             raise ValueError("a chaos run needs at least one slave")
-        if self.ha_mode is HAMode.CONTROLLER and self.backend is not Backend.SIM:
-            raise ValueError("--ha-mode controller runs on --backend sim so far (the local "
-                             "and compose backends do not start a controller yet)")
+        if self.ha_mode is HAMode.CONTROLLER and self.backend is Backend.COMPOSE:
+            raise ValueError("--ha-mode controller runs on --backend local or sim so far (the "
+                             "compose backend does not start a controller yet)")
         if not 1 <= self.min_in_sync_replicas <= self.slaves + 1 or not (
                 1 <= self.in_sync_replicas <= self.slaves + 1):
             raise ValueError(f"--in-sync-replicas and --min-in-sync-replicas count copies, "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cluster.node.role import Role
+from cluster.node.route import Route
 from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 
@@ -212,3 +213,6 @@ class ClusterBackend(Protocol):
     # A node not running starts as a slave of the current master, on its own
     # disk (after a crash) or an empty one (after lose).
     def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...
+    # The route clients follow now (DIR/route.json; in controller mode the
+    # controller's master, as the controller published it).
+    def route(self) -> Route: ...
