@@ -135,6 +135,10 @@ def test_controller_elects_the_route_follows_and_the_old_master_rejoins(cdir: st
     assert after["counts"] == {"PUT_OK": 50}, after
     assert set(after["nodes"]) == {new_address}, after  # type: ignore[arg-type]
     assert node_status(d, str(elected))["role"] != "SLAVE"
+    # Its puts as master continue the queue offsets of what it received as
+    # a replica: every message of both sends has its consume queue unit.
+    consume = node_status(d, str(elected))["consume"]
+    assert consume["queues"]["dlab-load/0"] == [0, 150], consume  # type: ignore[index]
 
     # The old master, on its own disk: it asks the controller, follows the
     # new master, and ends with the same bytes.
