@@ -206,6 +206,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     except BackendError as exc:
         raise UserError(str(exc)) from None
     _print_nodes(infos)
+    if spec.controller_mode:
+        # The roles above are the plan's; the controller's election is this.
+        backend = _backend(args.dir)
+        print(route_line(backend.route().to_dict(), controller_mode=True))
+        print(controller_line(backend.controller()))
     print(f"token: {os.path.join(spec.directory, 'token')}")
     return 0
 
@@ -377,7 +382,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             print(f"  status unavailable: {r['status_error']}")
         if r.get("lost"):
             print(f"  lost: its stores are kept in {', '.join(r['lost'])}")
-    print(route_line(route))
+    print(route_line(route, controller_mode=controller is not None))
     if controller is not None:
         print(controller_line(controller))
     return 1 if down else 0

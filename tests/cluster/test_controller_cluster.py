@@ -93,13 +93,15 @@ def cdir(tmp_path: Path) -> Iterator[str]:
 @pytest.mark.slow
 def test_controller_elects_the_route_follows_and_the_old_master_rejoins(cdir: str) -> None:
     d = cdir
-    ok("cluster", "up", "--dir", d, "--ha-mode", "controller", "--slaves", "2",
+    printed = ok("cluster", "up", "--dir", d, "--ha-mode", "controller", "--slaves", "2",
        "--segment-size", "256KiB", "--node-args", " ".join(FAST),
        "--controller-heartbeat-timeout-ms", str(HEARTBEAT_TIMEOUT_MS),
        "--controller-scan-interval-ms", str(SCAN_INTERVAL_MS), "--timeout", "120")
     state = json.loads(Path(d, "cluster.json").read_text())
     controller = state["controller"]
     assert controller["address"].startswith("127.0.0.1:")
+    assert "route: master master at 127.0.0.1:" in printed
+    assert f"controller {controller['address']}: running" in printed
     # The first node was elected and serves; the route names it.
     assert route(d)["master"] == "master"
     rows = status(d)
