@@ -587,9 +587,11 @@ class LocalBackend(FailoverSteps):
         log to the point it shares with that master. Classic mode: as
         FailoverSteps.rejoin."""
         with self._locked():
+            controller_mode = bool(self._load().get("controller"))
+        if not controller_mode:
+            return super().rejoin(name, timeout_s=timeout_s)
+        with self._locked():
             state = self._load()
-            if not state.get("controller"):
-                return super().rejoin(name, timeout_s=timeout_s)
             check_name(state, name)
             if self._children.state(_pid(state["nodes"][name])) != "gone":
                 raise BackendError(f"cannot rejoin {name}: it is running; kill, stop or lose "
