@@ -344,14 +344,21 @@ class Run(RunBase):
         as its master yet, serving: record it as a promotion, as the classic
         scenarios' by hand (chaos/sim/run.py's twin). True when it did."""
         try:
-            elected = backend.route().master
+            route = backend.route()
         except BackendError:
             return False
+        elected = route.master
         if elected is None or elected == self.master or not self._serving(backend, elected):
             return False
         old = self.acting_master
         self._promoted(elected)
-        self.record.fault("promote", elected, t, peer=old, end=now_ms(), detail=detail)
+        # The route changed when the controller published it, which may be
+        # before the step that looks (an election quicker than the
+        # scenario's operator delay): the checker moves the route at the
+        # fault's start, so the new master's first acks are not taken for
+        # a deposed one's.
+        start = route.since_ms if route.since_ms > 0 else t
+        self.record.fault("promote", elected, start, peer=old, end=now_ms(), detail=detail)
         return True
 
     def _election_wait_s(self) -> float:
