@@ -323,10 +323,10 @@ def get(name: str) -> Bug:
 
 def backend_refusal(bug: Bug, backend: str) -> str | None:
     """Why `backend` cannot run `bug`'s scenario yet, or None: controller
-    mode's bugs run where a controller does (the sim, so far)."""
-    if bug.ha_mode == "controller" and backend != "sim":
-        return ("controller mode runs on --backend sim so far (the local and compose "
-                "backends do not start a controller yet)")
+    mode's bugs run where a controller does (local and sim, so far)."""
+    if bug.ha_mode == "controller" and backend == "compose":
+        return ("controller mode runs on --backend local or sim so far (the compose "
+                "backend does not start a controller yet)")
     return None
 
 

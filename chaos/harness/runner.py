@@ -20,11 +20,18 @@ In a scenario that consumes while producing, a consumer process
 node; after the settle, with the load over, it is (re)started if down and
 drained before the nodes stop, so what the master holds and no consumer got
 is measured against a consumer that had every chance to get it.
+
+In controller mode (local backend only) the backend also runs the
+controller (LOCAL_CONTROLLER's timings): a promote step waits for its
+election instead of promoting, a rejoin starts the node, and the end waits
+for one elected master before starting the nodes that are down, as on the
+sim (docs/design.md, "Controller mode: the broker side").
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import secrets
@@ -38,7 +45,7 @@ from chaos.harness.connect import ROUTE_PREFIX
 from chaos.harness.consumer_proc import ConsumerProcess
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerProcess
 from chaos.harness.run_base import RunBase
-from chaos.harness.run_config import RunConfig
+from chaos.harness.run_config import RUN_CONTROLLER, RunConfig
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
 from chaos.harness.workload import TOPIC, Sender, Workload, with_retries
@@ -47,9 +54,11 @@ from cluster.backends.interface import (
     BackendError,
     ClusterBackend,
     ClusterSpec,
+    ControllerSpec,
     NodeState,
 )
 from cluster.node.role import Role
+from ha.config import HAMode
 
 __all__ = ["Run", "RunConfig"]
 
@@ -61,6 +70,13 @@ def now_ms() -> int:
 BackendFactory = Callable[[str, str], ClusterBackend]  # (backend name, cluster dir)
 SenderFactory = Callable[[str, str], Any]  # (address, token) -> async context manager Sender
 StatusFn = Callable[[str, str], dict[str, Any]]  # (address, token) -> node status (blocking)
+
+# The controller's timings of a run (every backend's: chaos/harness/run_config.py).
+LOCAL_CONTROLLER = RUN_CONTROLLER
+# How long a promote step (and the end of a run) waits for an election
+# beyond the heartbeat timeout and a scan: the new master's next heartbeat,
+# a loaded machine's scheduling.
+ELECTION_MARGIN_S = 20.0
 
 
 @dataclass
@@ -92,6 +108,9 @@ class Run(RunBase):
         self.token = secrets.token_hex(16)
         self.consumer: ConsumerProcess | None = None
         self.rogue_peers: list[RoguePeerProcess] = []
+        self.controller: ControllerSpec | None = (
+            dataclasses.replace(LOCAL_CONTROLLER, elect_unclean=cfg.elect_unclean)
+            if cfg.ha_mode is HAMode.CONTROLLER else None)
 
     # ------------------------------------------------------------ helpers
     def _record_recovery(self, backend: ClusterBackend, name: str) -> dict[str, Any] | None:
@@ -199,6 +218,8 @@ class Run(RunBase):
                 self.record.fault("lose", name, t, detail="the machine is gone (killed, its "
                                                           "store moved aside)")
                 self._lost_node(name)
+            elif action is Action.PROMOTE and self.controller is not None:
+                self._await_election(backend, t)
             elif action is Action.PROMOTE:
                 old = self.acting_master
                 before = self._slave_ends(lambda s: self._wrote(backend, s))
@@ -231,7 +252,13 @@ class Run(RunBase):
         ahead_of = self._wrote(backend, master)
         if self._armed(name):
             backend.set_failpoints(name, "")
-        backend.rejoin(name)
+        if self.controller is not None:
+            # The node starts and asks the controller whom to follow (it
+            # cuts its log to the point it shares with that master).
+            if not self._start(backend, name, "start", t):
+                return
+        else:
+            backend.rejoin(name)
         self.lost.discard(name)
         self.record.fault("rejoin", name, t, peer=master, end=now_ms(), detail=detail)
         st = self._record_recovery(backend, name)
@@ -298,6 +325,89 @@ class Run(RunBase):
         self.record.killed.add(name)
         self.record.fault("failpoint", name, now_ms(), detail=f"fired: {spec}")
 
+    # ------------------------------------------------------ controller mode
+    def _serving(self, backend: ClusterBackend, name: str) -> bool:
+        """Controller mode: node `name` serves as a master (the role its
+        election gave it)."""
+        try:
+            st = self._status(backend.node(name).address, self.token)
+        except Exception:
+            return False
+        return str(st.get("role")) != Role.SLAVE.value
+
+    def _follow_election(self, backend: ClusterBackend, t: int, detail: str) -> bool:
+        """Controller mode: the route names a master the run does not have
+        as its master yet, serving: record it as a promotion, as the classic
+        scenarios' by hand (chaos/sim/run.py's twin). True when it did."""
+        try:
+            route = backend.route()
+        except BackendError:
+            return False
+        elected = route.master
+        if elected is None or elected == self.master or not self._serving(backend, elected):
+            return False
+        old = self.acting_master
+        self._promoted(elected)
+        # The route changed when the controller published it, which may be
+        # before the step that looks (an election quicker than the
+        # scenario's operator delay): the checker moves the route at the
+        # fault's start, so the new master's first acks are not taken for
+        # a deposed one's.
+        start = route.since_ms if route.since_ms > 0 else t
+        self.record.fault("promote", elected, start, peer=old, end=now_ms(), detail=detail)
+        return True
+
+    def _await_sync_state_set(self, backend: ClusterBackend) -> None:
+        """Controller mode: up means in sync, as on the sim: the load starts
+        once the controller's SyncStateSet holds every node (a set of the
+        master alone would acknowledge the first puts by itself). Bounded:
+        a run whose set never fills starts anyway, and its log says so."""
+        sync_state_set = getattr(backend, "sync_state_set", None)
+        if sync_state_set is None:
+            return
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            if sync_state_set() >= set(self.nodes):
+                return
+            time.sleep(0.05)
+        self._log(f"  the SyncStateSet holds {sorted(sync_state_set())} after 30 s, not "
+                  "every node: the load starts anyway")
+
+    def _election_wait_s(self) -> float:
+        c = self.controller
+        assert c is not None
+        return (c.heartbeat_timeout_ms + c.scan_interval_ms) / 1000 + ELECTION_MARGIN_S
+
+    def _await_election(self, backend: ClusterBackend, t: int) -> None:
+        """Controller mode's PROMOTE step: no operator; wait for the
+        controller's election (its heartbeat timeout, a scan, the new
+        master's next heartbeat), then follow it."""
+        wait_s = self._election_wait_s()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self._follow_election(backend, t, "elected by the controller"):
+                return
+            time.sleep(0.05)
+        self.record.fault("promote", self.acting_master, t, end=now_ms(),
+                          detail=f"refused: the controller elected no new master within "
+                                 f"{wait_s:g} s (route: {backend.route().master})")
+
+    def _one_elected_master(self, backend: ClusterBackend) -> None:
+        """Controller mode: the controller's master is the one master. A
+        deposed master still serving learns it at its next heartbeat and
+        follows; a controller with no master gets one from the next
+        election. Waited for here, bounded."""
+        deadline = time.monotonic() + self._election_wait_s()
+        while time.monotonic() < deadline:
+            self._follow_election(backend, now_ms(), "elected by the controller")
+            master = backend.route().master
+            running = [n for n in self.nodes
+                       if backend.node(n).state == NodeState.RUNNING]
+            second = [n for n in running if n != master and self._serving(backend, n)]
+            if not second and master is not None and self._serving(backend, master):
+                return
+            time.sleep(0.1)
+
     def _before_master_start(self, backend: ClusterBackend) -> None:
         """Read each slave's max offset while the master is down: nothing
         can move it until the master is back."""
@@ -315,12 +425,15 @@ class Run(RunBase):
         backend = self._backend_factory(self.cfg.backend, self.cluster_dir)
         spec = ClusterSpec(directory=self.cluster_dir,
                            master=self._spec(self.acting_master, self.cfg.role),
-                           slaves=tuple(self._spec(s, Role.SLAVE) for s in self.slaves))
+                           slaves=tuple(self._spec(s, Role.SLAVE) for s in self.slaves),
+                           controller=self.controller)
         history: list[dict[str, Any]] = []
         try:
             backend.up(spec, token=self.token)
             for name in self.nodes:
                 self._record_recovery(backend, name)
+            if self.controller is not None:
+                self._await_sync_state_set(backend)
             history = asyncio.run(self._drive(backend))
             self._end_phase(backend)
             self._write(backend, history, started)
@@ -360,6 +473,11 @@ class Run(RunBase):
             t0 = loop.time()
             for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
                 await asyncio.sleep(delay)
+                if self.controller is not None and step.action is not Action.PROMOTE:
+                    # An election since the last step (a promote step waits
+                    # for one itself, and records it).
+                    await loop.run_in_executor(None, self._follow_election, backend, now_ms(),
+                                               "elected by the controller")
                 await loop.run_in_executor(None, self._apply, backend, step)
             left = cfg.scenario.load_s - (loop.time() - t0)
             await asyncio.sleep(max(left, cfg.scenario.settle_s))
@@ -389,7 +507,10 @@ class Run(RunBase):
             self.record.fault("resume", name, t, end=t, detail="end of run")
         self.state.paused.clear()
         self._heal_all(backend, t, "end of run")
-        self._one_master(backend)
+        if self.controller is not None:
+            self._one_elected_master(backend)
+        else:
+            self._one_master(backend)
         for name in self.nodes:
             if backend.node(name).state == NodeState.STOPPED and name not in self.lost:
                 self._start_recorded(backend, name, "start", t, detail="end of run")
@@ -477,9 +598,11 @@ class Run(RunBase):
             data_dir = lost_dirs[-1] if lost_dirs else info.data_dir
             self.record.node(name, info.role, data_dir, log_path=info.log_path)
         self.record.run_files(history, self.consumer)
+        extra = ({} if self.controller is None
+                 else {"controller": dataclasses.asdict(self.controller)})
         self._write_params(backend=self.cfg.backend,
                            roles={n: backend.node(n).role for n in self.nodes},
-                           started_ms=started, ended_ms=now_ms())
+                           started_ms=started, ended_ms=now_ms(), extra=extra)
         if not self.cfg.keep_cluster_dir:
             self.record.drop_cluster_dir()
 

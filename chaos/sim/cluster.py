@@ -48,7 +48,12 @@ from typing import Any
 from chaos.harness import sparse
 from chaos.harness.timings import MachineTimings
 from chaos.harness.workload import NO_ROUTE_DETAIL, NO_ROUTE_STATUS, SendOutcome
-from chaos.sim.controller import CONTROLLER_ADDRESS, CONTROLLER_NAME, SimController
+from chaos.sim.controller import (
+    CONTROLLER_ADDRESS,
+    CONTROLLER_NAME,
+    SCAN_INTERVAL_MS,
+    SimController,
+)
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.controller.config import ControllerConfig
@@ -179,7 +184,8 @@ class SimCluster:
                  on_crash: Callable[[str], object], *, pausable: bool = False,
                  fsync_rng: random.Random | None = None, token: str = TOKEN,
                  timings: MachineTimings | None = None,
-                 controller: ControllerConfig | None = None) -> None:
+                 controller: ControllerConfig | None = None,
+                 controller_scan_ms: int = SCAN_INTERVAL_MS) -> None:
         self.loop = loop
         self.rng = rng
         self.clock = loop.clock()
@@ -213,7 +219,7 @@ class SimCluster:
         # as a possible slave.
         self.controller = (None if controller is None else SimController(
             loop, self.network, self.clock, MemoryDisk(self.rng, self.disk_faults, self.clock),
-            controller, token=token, owner=OWNER))
+            controller, token=token, owner=OWNER, scan_interval_ms=controller_scan_ms))
         # The route: the node producers send to (None: its master was lost
         # and no slave is promoted yet).
         self._route: str | None = master.name

@@ -26,15 +26,17 @@ CONTROLLER_NAME = "controller"
 CONTROLLER_ADDRESS = "10.0.0.100:9876"
 STATE_DIR = "/controller"
 # RocketMQ's scanNotActiveBrokerInterval is 5 s; the sim's runs are
-# seconds long, so it scans every second (a dead master is noticed at most
-# heartbeat timeout + 1 s after its last heartbeat).
+# seconds long, so it scans every second unless told (a chaos run gives
+# every backend's RUN_CONTROLLER timings).
 SCAN_INTERVAL_MS = 1_000
 
 
 class SimController:
     def __init__(self, loop: asyncio.AbstractEventLoop, network: Any, clock: Any,
                  disk: MemoryDisk, config: ControllerConfig, *, token: str,
-                 owner: contextvars.ContextVar[str | None]) -> None:
+                 owner: contextvars.ContextVar[str | None],
+                 scan_interval_ms: int = SCAN_INTERVAL_MS) -> None:
+        self.scan_interval_ms = scan_interval_ms
         self.loop = loop
         self.network = network
         self.clock = clock
@@ -57,7 +59,7 @@ class SimController:
         self._state_file = ControllerStateFile(STATE_DIR, disk=self.disk)
         state = self._state_file.open()
         self.core = ControllerCore(self.config, self._state_file, state, clock=self.clock)
-        servicer = ControllerServicer(self.core, scan_interval_ms=SCAN_INTERVAL_MS,
+        servicer = ControllerServicer(self.core, scan_interval_ms=self.scan_interval_ms,
                                       state_file=self._state_file.path,
                                       started_ms=self.core.now_ms())
         ctx = contextvars.copy_context()
@@ -67,7 +69,7 @@ class SimController:
 
     async def _scan_forever(self) -> None:
         while True:
-            await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
+            await asyncio.sleep(self.scan_interval_ms / 1000)
             assert self.core is not None
             with contextlib.suppress(ControllerPersistError):
                 self.core.scan()

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import os
 import random
@@ -58,7 +59,7 @@ from chaos.harness import disk_faults
 from chaos.harness.plan import load_s, stream
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerTask
 from chaos.harness.run_base import RunBase
-from chaos.harness.run_config import RunConfig, SimDiskFaults
+from chaos.harness.run_config import RUN_CONTROLLER, RunConfig, SimDiskFaults
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
 from chaos.harness.workload import TOPIC, Workload, with_retries
@@ -221,7 +222,8 @@ class SimRun(RunBase):
                                  name, loop.wall_ms()),
                              pausable=any(s.action is Action.PAUSE for s in cfg.scenario.steps),
                              fsync_rng=stream(cfg.seed, "sim-fsync"), timings=cfg.sim_timings,
-                             controller=self._controller_config())
+                             controller=self._controller_config(),
+                             controller_scan_ms=RUN_CONTROLLER.scan_interval_ms)
         self.cluster = cluster
         if cluster.controller is not None:
             cluster.controller.start()
@@ -249,7 +251,8 @@ class SimRun(RunBase):
         cfg = self.cfg
         if cfg.ha_mode is not HAMode.CONTROLLER:
             return None
-        return ControllerConfig(enable_elect_unclean_master=cfg.elect_unclean)
+        return ControllerConfig(heartbeat_timeout_ms=RUN_CONTROLLER.heartbeat_timeout_ms,
+                                enable_elect_unclean_master=cfg.elect_unclean)
 
     @staticmethod
     def _serving(cluster: SimCluster, name: str) -> bool:
@@ -621,7 +624,11 @@ class SimRun(RunBase):
         self._write_params(backend="sim",
                            roles={n: cluster.nodes[n].config.role for n in self.nodes},
                            started_ms=started, ended_ms=ended,
-                           extra={"sim": self._sim_params(cluster, simulated_s)})
+                           extra={"sim": self._sim_params(cluster, simulated_s),
+                                  **({} if cluster.controller is None else {
+                                      "controller": dataclasses.asdict(dataclasses.replace(
+                                          RUN_CONTROLLER,
+                                          elect_unclean=self.cfg.elect_unclean))})})
         if not self.cfg.keep_cluster_dir:
             self.record.drop_cluster_dir()
 

@@ -288,6 +288,9 @@ class ComposeBackend(FailoverSteps):
         for s in spec.slaves:
             if s.role != Role.SLAVE:
                 raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
+        if spec.controller_mode:
+            raise BackendError("--ha-mode controller runs on the local backend (and the sim) "
+                               "so far; the compose backend does not start a controller yet")
         self._docker()
         self._ensure_image()
         with self._locked(create=True):

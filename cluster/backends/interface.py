@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cluster.node.role import Role
+from cluster.node.route import Route
 from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 
@@ -128,10 +129,32 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ControllerSpec:
+    """Controller mode: how the backend runs `dlab controller run` (its
+    options of the same names; RocketMQ's defaults)."""
+
+    heartbeat_timeout_ms: int = 10_000
+    scan_interval_ms: int = 5_000
+    elect_unclean: bool = False
+
+    def args(self) -> list[str]:
+        return (["--heartbeat-timeout-ms", str(self.heartbeat_timeout_ms),
+                 "--scan-interval-ms", str(self.scan_interval_ms)]
+                + (["--elect-unclean"] if self.elect_unclean else []))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     directory: str
-    master: NodeSpec
+    master: NodeSpec  # in controller mode: the node started first, the first elected
     slaves: tuple[NodeSpec, ...] = ()
+    # Controller mode (every node's ha_mode CONTROLLER): the controller's
+    # settings; None there means ControllerSpec().
+    controller: ControllerSpec | None = None
+
+    @property
+    def controller_mode(self) -> bool:
+        return self.master.ha_mode is HAMode.CONTROLLER
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -190,3 +213,6 @@ class ClusterBackend(Protocol):
     # A node not running starts as a slave of the current master, on its own
     # disk (after a crash) or an empty one (after lose).
     def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...
+    # The route clients follow now (DIR/route.json; in controller mode the
+    # controller's master, as the controller published it).
+    def route(self) -> Route: ...

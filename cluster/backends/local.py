@@ -29,6 +29,9 @@ import sys
 import time
 from typing import Any
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from cluster.backends.dir_files import append_no_link, write_token
 from cluster.backends.failover import (
     Promotion,
@@ -42,6 +45,7 @@ from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
     ClusterSpec,
+    ControllerSpec,
     NodeInfo,
     NodeSpec,
     NodeState,
@@ -55,8 +59,10 @@ from cluster.backends.state_dir import (
     check_name,
 )
 from cluster.node.role import Role
-from cluster.node.route import ROUTE_FILE
-from ha.config import ShipLimit, SlaveAheadPolicy
+from cluster.node.route import ROUTE_FILE, RouteError, read_route
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
+from ha.credentials import token_metadata
+from proto import broker_pb2, broker_pb2_grpc, controller_pb2
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 
 HOST = "127.0.0.1"
@@ -68,6 +74,7 @@ def spec_to_dict(spec: NodeSpec) -> dict[str, Any]:
     d["role"] = spec.role.value
     d["slave_ahead_policy"] = spec.slave_ahead_policy.value
     d["ha_ship_limit"] = spec.ha_ship_limit.value
+    d["ha_mode"] = spec.ha_mode.value
     d["extra_args"] = list(spec.extra_args)
     return d
 
@@ -82,6 +89,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     d["corruption_policy"] = CorruptionPolicy(d.get("corruption_policy", "refuse"))
     d["extra_args"] = tuple(d.get("extra_args", ()))
     d["emulate"] = tuple(d.get("emulate", ()))
+    d["ha_mode"] = HAMode(d.get("ha_mode", HAMode.CLASSIC.value))
     return NodeSpec(**d)
 
 
@@ -111,12 +119,17 @@ class LocalBackend(FailoverSteps):
                 old = self._load()
                 alive = [n for kind in ("nodes", "proxies") for n, v in old[kind].items()
                          if self._children.state(_pid(v)) != "gone"]
+                if old.get("controller") and \
+                        self._children.state(_pid(old["controller"])) != "gone":
+                    alive.append("the controller")
                 if alive:
                     raise BackendError(
                         f"a cluster is already up in {self._dir()} ({', '.join(alive)} "
                         f"running); run `dlab cluster down --dir {self._dir()}` first")
             os.makedirs(self._path("proxies"), exist_ok=True)
             write_token(self._path("token"), token)
+            if spec.controller_mode:
+                return self._up_controller_mode(spec, time.monotonic() + timeout_s)
             ports = free_ports(len(spec.nodes) + len(spec.slaves))
             state: dict[str, Any] = {
                 "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
@@ -170,6 +183,167 @@ class LocalBackend(FailoverSteps):
             raise refusals[0]
         self._wait_replicating(state, deadline)
 
+    # ------------------------------------------------------ controller mode
+    # One `dlab controller run` process (its state in DIR/controller, its
+    # log DIR/controller.log, loopback, the cluster token) elects the
+    # master; it publishes DIR/route.json at every change of master
+    # (cluster/controller/route_publisher.py), so the backend writes no
+    # route of its own. Nodes reach each other directly (no link proxies:
+    # a slave follows whichever address the controller names).
+    def _up_controller_mode(self, spec: ClusterSpec, deadline: float) -> list[NodeInfo]:
+        ctl = spec.controller or ControllerSpec()
+        if any(ns.ha_mode is not spec.master.ha_mode for ns in spec.nodes):
+            raise BackendError("controller mode: every node must have --ha-mode controller")
+        ports = free_ports(len(spec.nodes) + 1)
+        started = time.time_ns() // 1_000_000
+        state: dict[str, Any] = {
+            "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
+            "started_ms": started, "nodes": {}, "proxies": {},
+            "controller": {"port": ports[-1], "address": f"{HOST}:{ports[-1]}",
+                           "pid": None, "start_time": None, "starts": 0,
+                           "settings": dataclasses.asdict(ctl)},
+        }
+        for i, ns in enumerate(spec.nodes):
+            os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
+            state["nodes"][ns.name] = {
+                "spec": spec_to_dict(ns), "port": ports[i], "address": f"{HOST}:{ports[i]}",
+                "pid": None, "start_time": None, "failpoints": ns.failpoints,
+                "master_via": None, "starts": 0,
+            }
+        # A route left by an earlier cluster in DIR names its addresses.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(ROUTE_FILE))
+        self._save(state)
+        try:
+            self._start_controller(state, deadline)
+            self._save(state)
+            # The first broker to ask is elected (a new broker set's first
+            # master): the spec's master starts alone and asks first.
+            self._spawn_node(state, spec.master.name)
+            self._save(state)
+            self._wait_healthy(state, spec.master.name, deadline)
+            self._wait_controller_master(state, deadline)
+            for ns in spec.slaves:
+                self._spawn_node(state, ns.name)
+            self._save(state)
+            for ns in spec.slaves:
+                self._wait_healthy(state, ns.name, deadline)
+            state["master"] = self._wait_route_master(state, deadline)
+            self._save(state)
+            self._wait_replicating(state, deadline)
+        except NodeRefusedError as exc:
+            self._save(state)
+            raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
+        except BaseException:
+            self._save(state)
+            self._down_locked(state)
+            raise
+        return [self._info(state, n) for n in state["nodes"]]
+
+    def _start_controller(self, state: dict[str, Any], deadline: float) -> None:
+        """Start `dlab controller run` and wait until its health check says
+        SERVING (its state read, its port bound)."""
+        c = state["controller"]
+        os.makedirs(self._path("controller"), exist_ok=True)
+        log_path = self._path("controller.log")
+        cmd = [self.python, "-m", "cluster.cli", "controller", "run",
+               "--dir", self._path("controller"), "--token-file", self._path("token"),
+               "--listen", c["address"], "--publish-route", self._dir(),
+               *ControllerSpec(**c["settings"]).args()]
+        with open(append_no_link(log_path), "ab") as f:
+            f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting the "
+                    f"controller (start {c['starts'] + 1})\n".encode())
+        proc = self._children.spawn(cmd, log_path=log_path, env=node_env())
+        c["pid"], c["start_time"] = proc.pid, proc.start_time
+        c["starts"] += 1
+        with grpc.insecure_channel(c["address"]) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if self._children.state(proc) == "gone":
+                    raise BackendError(f"the controller exited at start; its log says: "
+                                       f"{_tail(log_path)}")
+                with contextlib.suppress(grpc.RpcError):
+                    if stub.Check(health_pb2.HealthCheckRequest(service=CONTROLLER_SERVICE),
+                                  timeout=0.5).status == \
+                            health_pb2.HealthCheckResponse.SERVING:
+                        return
+                if time.monotonic() > deadline:
+                    raise BackendError(f"the controller did not serve at {c['address']} in "
+                                       f"time; see {log_path}")
+                time.sleep(0.05)
+
+    def _controller_client(self, state: dict[str, Any]) -> Any:
+        from cluster.controller.client import ControllerClient
+
+        return ControllerClient(state["controller"]["address"], self.token(), timeout_s=2.0)
+
+    def sync_state_set(self) -> set[str]:
+        """Controller mode: the names in the controller's SyncStateSet now
+        (empty when it has none or cannot be asked)."""
+        state = self._load()
+        if not state.get("controller"):
+            return set()
+        try:
+            with self._controller_client(state) as client:
+                meta = client.metadata()
+        except grpc.RpcError:
+            return set()
+        members = set(meta.replica_info.sync_state_set)
+        return {m.name for m in meta.members if m.broker_id in members}
+
+    def _wait_controller_master(self, state: dict[str, Any], deadline: float) -> None:
+        """Until the controller holds a master (the first node's election)."""
+        last = "no answer yet"
+        with self._controller_client(state) as client:
+            while True:
+                try:
+                    if client.replica_info().replica_info.master_id:
+                        return
+                    last = "no master elected"
+                except grpc.RpcError as exc:
+                    last = f"{exc.code().name} {exc.details()}"
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"the controller elected no master in time ({last}); see "
+                        f"{self._path('controller.log')} and "
+                        f"{self._path('nodes', state['master'], 'node.log')}")
+                time.sleep(0.05)
+
+    def _wait_route_master(self, state: dict[str, Any], deadline: float) -> str:
+        """Until route.json names a master that serves as one; its name."""
+        metadata = token_metadata(self.token())
+        last = "no route published"
+        while True:
+            with contextlib.suppress(RouteError):
+                route = read_route(self._dir())
+                last = f"the route names {route.master or 'no master'}"
+                if route.master is not None and route.address is not None:
+                    with grpc.insecure_channel(route.address) as channel, \
+                            contextlib.suppress(grpc.RpcError):
+                        st = broker_pb2_grpc.BrokerStub(channel).Status(
+                            broker_pb2.StatusRequest(), timeout=2.0, metadata=metadata)
+                        if st.role != Role.SLAVE.value:
+                            return route.master
+                        last += f", which is still a {st.role}"
+            if time.monotonic() > deadline:
+                raise BackendError(f"no elected master serves in time ({last}); see "
+                                   f"{self._path('controller.log')}")
+            time.sleep(0.05)
+
+    def controller(self) -> dict[str, Any] | None:
+        """The controller of a controller-mode cluster (address, pid,
+        running or not, its settings), None in classic mode."""
+        with self._locked():
+            state = self._load()
+        c = state.get("controller")
+        if c is None:
+            return None
+        ps = self._children.state(_pid(c))
+        return {"address": c["address"], "state": "stopped" if ps == "gone" else ps,
+                "pid": c["pid"] if ps != "gone" else None, "starts": c["starts"],
+                "state_dir": self._path("controller"), "log": self._path("controller.log"),
+                **c["settings"]}
+
     def _start_proxy(self, state: dict[str, Any], name: str) -> None:
         p = state["proxies"][name]
         state_file = self._path("proxies", f"{name}.json")
@@ -205,13 +379,17 @@ class LocalBackend(FailoverSteps):
         # A master is told its slaves' names: its HA stream limit counts them.
         slaves = tuple(k for k, v in state["nodes"].items()
                        if k != name and v.get("master_via")) if not n["master_via"] else ()
+        controller = state["controller"]["address"] if state.get("controller") else None
+        if controller is not None:  # any node may be elected: every other is its peer
+            peers = tuple(v["address"] for k, v in state["nodes"].items() if k != name)
+            slaves = tuple(k for k in state["nodes"] if k != name)
         refusal = self._path("nodes", name, REFUSAL_FILE)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(refusal)  # this start says anew
         args = ns.node_args(data_dir=self._path("nodes", name, "data"),
                             listen=n["address"], master=n["master_via"],
                             token_file=self._path("token"), refusal_file=refusal,
-                            repair_from=peers, slaves=slaves)
+                            repair_from=peers, slaves=slaves, controller=controller)
         log_path = self._path("nodes", name, "node.log")
         with open(append_no_link(log_path), "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
@@ -330,6 +508,10 @@ class LocalBackend(FailoverSteps):
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
         check_name(state, a)
         check_name(state, b)
+        if state.get("controller"):
+            raise BackendError("a controller-mode cluster has no link proxies (a slave "
+                               "reaches whichever master the controller names directly): "
+                               "partition and heal are for classic mode so far")
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -368,6 +550,11 @@ class LocalBackend(FailoverSteps):
     def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
                         now_ms: int, role: Role | None, flush: FlushMode | None,
                         cut_off: frozenset[str]) -> Promotion:
+        if state.get("controller"):
+            raise BackendError(
+                "in controller mode the controller elects the master: ask it with `dlab "
+                f"controller elect --address {state['controller']['address']} --token-file "
+                f"{self._path('token')} --broker ID` (ids: `dlab controller status`)")
         return plan_promote(state, name, running=running, now_ms=now_ms,
                             free_port=lambda: free_ports(1)[0], role=role, flush=flush,
                             cut_off=cut_off)
@@ -408,6 +595,27 @@ class LocalBackend(FailoverSteps):
         self._save(state)
         self._wait_healthy(state, name, deadline)
 
+    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
+        """Controller mode: start the node (lost or not) on what its data
+        directory holds; it asks the controller whom to follow and cuts its
+        log to the point it shares with that master. Classic mode: as
+        FailoverSteps.rejoin."""
+        with self._locked():
+            controller_mode = bool(self._load().get("controller"))
+        if not controller_mode:
+            return super().rejoin(name, timeout_s=timeout_s)
+        with self._locked():
+            state = self._load()
+            check_name(state, name)
+            if self._children.state(_pid(state["nodes"][name])) != "gone":
+                raise BackendError(f"cannot rejoin {name}: it is running; kill, stop or lose "
+                                   "it first")
+            state["nodes"][name]["lost"] = False
+            self._spawn_node(state, name)
+            self._save(state)
+            self._wait_healthy(state, name, time.monotonic() + timeout_s)
+            return self._info(state, name)
+
     def _running_names(self, state: dict[str, Any]) -> set[str]:
         return {n for n, v in state["nodes"].items() if self._children.state(_pid(v)) != "gone"}
 
@@ -446,6 +654,12 @@ class LocalBackend(FailoverSteps):
             self._power_cut(state, name)  # one that had died, or would not stop
         for name, p in state["proxies"].items():
             self._end_proxy(name, p)
+        c = state.get("controller")
+        if c is not None and self._children.state(_pid(c)) != "gone":
+            try:
+                self._stop_proc("the controller", _pid(c))
+            except BackendError as exc:
+                errors.append(str(exc))
         for f in (STATE_FILE, ROUTE_FILE, "token"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(f))
@@ -461,6 +675,9 @@ class LocalBackend(FailoverSteps):
                                f"(start it with `dlab cluster start {name}`)")
         assert proc is not None
         return proc
+
+
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
 
 
 def _pid(entry: dict[str, Any]) -> ProcId | None:

@@ -22,7 +22,7 @@ from cluster.backends.dir_files import append_no_link, open_no_link, replace_no_
 from cluster.backends.failover import route_of
 from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, read_refusal
 from cluster.node.auth import read_token_file
-from cluster.node.route import ROUTE_FILE, Route
+from cluster.node.route import ROUTE_FILE, Route, RouteError, read_route
 from ha.credentials import token_metadata
 from proto import broker_pb2, broker_pb2_grpc
 from store.config import CorruptionPolicy, CrashModel
@@ -249,12 +249,24 @@ class ClusterDir:
     def route(self) -> Route:
         """The route clients follow now (what route.json says)."""
         with self._locked():
-            return route_of(self._load())
+            state = self._load()
+        if state.get("controller"):
+            # Controller mode: the controller publishes it (cluster/controller/
+            # route_publisher.py); none until its first master is heard from.
+            try:
+                return read_route(self._dir())
+            except RouteError:
+                return Route(master=None, address=None, since_ms=int(state["started_ms"]),
+                             epoch=1)
+        return route_of(state)
 
     def _publish_route(self, state: dict[str, Any]) -> None:
         """Write route.json from the state: whole, fsynced, renamed in, the
         directory fsynced (cluster/node/route.py), so a client sees the old
-        route or the new one."""
+        route or the new one. Not in controller mode: the controller
+        publishes the route there."""
+        if state.get("controller"):
+            return
         route = route_of(state)
         tmp = self._path(ROUTE_FILE + ".tmp")
         with open(replace_no_link(tmp), "w") as f:

@@ -10,11 +10,18 @@ import shlex
 import sys
 from typing import Any
 
-from cluster.backends.interface import BackendError, ClusterSpec, NodeInfo, NodeSpec, NodeState
+from cluster.backends.interface import (
+    BackendError,
+    ClusterSpec,
+    ControllerSpec,
+    NodeInfo,
+    NodeSpec,
+    NodeState,
+)
 from cluster.cli.failover_commands import register_failover, route_line
 from cluster.cli.node_command import NODE_OPTIONS, add_corruption_policy, as_options, emulate_arg
 from cluster.node.role import Role
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.tools.cli_args import UserError, non_negative_float, parse_size
 
@@ -38,9 +45,9 @@ def register_cluster(sub: Any) -> None:
                     help="local processes (default) or docker-compose containers (builds "
                     "the node image offline on first use); later commands on DIR use the "
                     "backend that started it")
-    up.add_argument("--role", default="SYNC_MASTER", choices=["SYNC_MASTER", "ASYNC_MASTER"],
+    up.add_argument("--role", choices=["SYNC_MASTER", "ASYNC_MASTER"],
                     help="the master's role: SYNC_MASTER acks after a slave received the "
-                    "message, ASYNC_MASTER at once (default SYNC_MASTER)")
+                    "message, ASYNC_MASTER at once (default SYNC_MASTER; classic mode only)")
     up.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
                     help="the master's flush mode: SYNC_FLUSH acks after the fsync "
                     "(default ASYNC_FLUSH)")
@@ -70,6 +77,30 @@ def register_cluster(sub: Any) -> None:
     up.add_argument("--emulate", action="append", default=[], metavar="BUG",
                     help="every node re-introduces this known RocketMQ bug (repeatable; "
                          "see `dlab chaos bugs`; default: none)")
+    c = up.add_argument_group(
+        "controller mode (RocketMQ 5's automatic failover; defaults are RocketMQ's)",
+        "--ha-mode controller starts `dlab controller run` first (state in DIR/controller, "
+        "log DIR/controller.log, loopback, the cluster token), then the nodes, which it "
+        "elects among: `master` first, then `slave1`... It publishes DIR/route.json at "
+        "every change of master, so `dlab send --dir DIR` follows its elections.")
+    c.add_argument("--ha-mode", choices=["classic", "controller"], default="classic",
+                   help="classic: master and slaves as started; controller: the controller "
+                   "elects the master (default classic)")
+    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
+                   help="a put waits for every SyncStateSet member's ack (default: no)")
+    c.add_argument("--in-sync-replicas", type=int, default=None, metavar="N",
+                   help="without --all-ack-in-sync-state-set, a put waits for N copies, the "
+                   "master's included: 1..slaves+1 (default 1)")
+    c.add_argument("--min-in-sync-replicas", type=int, default=None, metavar="N",
+                   help="a SyncStateSet smaller than N refuses puts: 1..slaves+1 (default 1)")
+    c.add_argument("--elect-unclean", action="store_true",
+                   help="the controller may elect a replica outside the SyncStateSet when "
+                   "no member is alive (MAY LOSE acknowledged messages; default off)")
+    c.add_argument("--controller-heartbeat-timeout-ms", type=int, default=None, metavar="MS",
+                   help="a broker silent this long is dead; a master so is replaced "
+                   "(default 10000)")
+    c.add_argument("--controller-scan-interval-ms", type=int, default=None, metavar="MS",
+                   help="how often the controller looks for a dead master (default 5000)")
     up.set_defaults(handler=cmd_cluster_up)
 
     st = csub.add_parser(
@@ -154,26 +185,79 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         token = read_token_file(args.token_file) if args.token_file else generate_token()
     except TokenError as exc:
         raise UserError(str(exc)) from None
+    controller, ha = _controller_options(args)
     common: dict[str, Any] = dict(
-        emulate=tuple(sorted(emulate_arg(args.emulate))),
+        **ha, emulate=tuple(sorted(emulate_arg(args.emulate))),
         crash_model=CrashModel(args.crash_model), segment_size_bytes=args.segment_size,
         slave_ahead_policy=SlaveAheadPolicy(args.slave_ahead_policy),
         ha_ship_limit=ShipLimit(args.ha_ship_limit), extra_args=extra,
         corruption_policy=CorruptionPolicy(args.corruption_policy),
     )
-    master = NodeSpec(name="master", role=Role(args.role), flush=FlushMode(args.flush), **common)
+    master = NodeSpec(name="master", role=Role(args.role or "SYNC_MASTER"),
+                      flush=FlushMode(args.flush), **common)
     slaves = tuple(NodeSpec(name=f"slave{i + 1}", role=Role.SLAVE,
                             flush=FlushMode(args.slave_flush or args.flush), **common)
                    for i in range(args.slaves))
-    spec = ClusterSpec(directory=os.path.abspath(args.dir), master=master, slaves=slaves)
+    spec = ClusterSpec(directory=os.path.abspath(args.dir), master=master, slaves=slaves,
+                       controller=controller)
     try:
         infos = _backend(args.dir, args.backend).up(spec, token=token,
                                                     timeout_s=args.timeout or 60.0)
     except BackendError as exc:
         raise UserError(str(exc)) from None
     _print_nodes(infos)
+    if spec.controller_mode:
+        # The roles above are the plan's; the controller's election is this.
+        backend = _backend(args.dir)
+        print(route_line(backend.route().to_dict(), controller_mode=True))
+        print(controller_line(backend.controller()))
     print(f"token: {os.path.join(spec.directory, 'token')}")
     return 0
+
+
+def _controller_options(args: argparse.Namespace) -> tuple[ControllerSpec | None,
+                                                          dict[str, Any]]:
+    """The controller's settings and the nodes' controller-mode fields from
+    `cluster up`'s options; a UserError for a value out of range or an
+    option of controller mode given in classic mode."""
+    given = [flag for flag, value in (
+        ("--all-ack-in-sync-state-set", args.all_ack_in_sync_state_set),
+        ("--in-sync-replicas", args.in_sync_replicas is not None),
+        ("--min-in-sync-replicas", args.min_in_sync_replicas is not None),
+        ("--elect-unclean", args.elect_unclean),
+        ("--controller-heartbeat-timeout-ms", args.controller_heartbeat_timeout_ms is not None),
+        ("--controller-scan-interval-ms", args.controller_scan_interval_ms is not None))
+        if value]
+    if args.ha_mode != "controller":
+        if given:
+            raise UserError(f"{', '.join(given)}: controller mode only; add --ha-mode "
+                            "controller")
+        return None, {}
+    if args.role is not None:
+        raise UserError("--role is for classic mode: in controller mode the controller elects "
+                        "the master, and whether a put waits for a slave is "
+                        "--in-sync-replicas or --all-ack-in-sync-state-set")
+    copies = args.slaves + 1
+    for flag, value in (("--in-sync-replicas", args.in_sync_replicas),
+                        ("--min-in-sync-replicas", args.min_in_sync_replicas)):
+        if value is not None and not 1 <= value <= copies:
+            raise UserError(f"{flag} {value}: it counts copies, the master's included: "
+                            f"1..{copies} with --slaves {args.slaves}")
+    for flag, value, least in (
+            ("--controller-heartbeat-timeout-ms", args.controller_heartbeat_timeout_ms, 100),
+            ("--controller-scan-interval-ms", args.controller_scan_interval_ms, 10)):
+        if value is not None and not least <= value <= 3_600_000:
+            raise UserError(f"{flag} {value}: expected {least}..3600000 ms")
+    defaults = ControllerSpec()
+    controller = ControllerSpec(
+        heartbeat_timeout_ms=args.controller_heartbeat_timeout_ms
+        or defaults.heartbeat_timeout_ms,
+        scan_interval_ms=args.controller_scan_interval_ms or defaults.scan_interval_ms,
+        elect_unclean=args.elect_unclean)
+    return controller, dict(ha_mode=HAMode.CONTROLLER,
+                            all_ack_in_sync_state_set=args.all_ack_in_sync_state_set,
+                            in_sync_replicas=args.in_sync_replicas or 1,
+                            min_in_sync_replicas=args.min_in_sync_replicas or 1)
 
 
 # `dlab node` options `cluster up` sets for every node itself: given in
@@ -187,6 +271,9 @@ _HARNESS_OPTIONS = {
     "--role": "use cluster up's --role",
     "--data-dir": "each node's store is DIR/nodes/NAME/data",
     "--token-file": "use cluster up's --token-file",
+    "--ha-mode": "use cluster up's --ha-mode",
+    "--controller": "in controller mode the cluster starts the controller and gives every "
+                    "node its address",
 }
 
 
@@ -234,6 +321,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         infos = backend.nodes()
         token = backend.token()
         route = backend.route().to_dict()
+        controller = backend.controller() if hasattr(backend, "controller") else None
     except (BackendError, ValueError) as exc:
         raise UserError(str(exc)) from None
     rows = []
@@ -245,12 +333,16 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             try:
                 with NodeClient(i.address, token=token, timeout_s=3) as c:
                     row["status"] = status_to_dict(c.status())
+                if row["status"].get("ha_mode") == "controller":
+                    row["role"] = row["status"]["role"]  # the elected role, not the plan's
             except NodeCallError as exc:
                 row["status_error"] = str(exc)
         rows.append(row)
     down = [f"{r['name']} is {r['state']}" if r["state"] != NodeState.RUNNING.value
             else f"{r['name']} did not answer ({r['status_error']})"
             for r in rows if r["state"] != NodeState.RUNNING.value or "status_error" in r]
+    if controller is not None and controller["state"] != "running":
+        down.append(f"the controller is {controller['state']} (see {controller['log']})")
     for line in down:
         print(f"dlab cluster status: {line}", file=sys.stderr)
     if args.json:
@@ -290,8 +382,19 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             print(f"  status unavailable: {r['status_error']}")
         if r.get("lost"):
             print(f"  lost: its stores are kept in {', '.join(r['lost'])}")
-    print(route_line(route))
+    print(route_line(route, controller_mode=controller is not None))
+    if controller is not None:
+        print(controller_line(controller))
     return 1 if down else 0
+
+
+def controller_line(c: dict[str, Any]) -> str:
+    """One line on a controller-mode cluster's controller."""
+    return (f"controller {c['address']}: {c['state']}"
+            + (f" (pid {c['pid']})" if c["pid"] else "")
+            + f", heartbeat timeout {c['heartbeat_timeout_ms']} ms, scan every "
+              f"{c['scan_interval_ms']} ms, unclean election "
+              f"{'allowed' if c['elect_unclean'] else 'refused'}; state {c['state_dir']}")
 
 
 def _printable(key: str) -> str:

@@ -68,6 +68,10 @@ def _register_run(actions: Any) -> None:
     p.add_argument("--elect-unclean", action="store_true",
                    help="when no SyncStateSet member is alive, elect any live replica "
                    "(enableElectUncleanMaster; MAY LOSE acknowledged messages; default off)")
+    p.add_argument("--publish-route", metavar="DIR",
+                   help="also publish the route clients follow as DIR/route.json, rewritten "
+                   "atomically at every change of master (`dlab send --dir DIR` reads it; "
+                   "`dlab cluster up --ha-mode controller` sets it; default: none)")
     p.add_argument("--log-file", help="also append the log to this file")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"],
                    help="log messages at this level and above (default INFO; DEBUG adds "
@@ -124,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = ControllerProcessConfig(
             state_dir=args.dir, token=_token(args.token_file), listen=args.listen,
-            scan_interval_ms=args.scan_interval_ms,
+            scan_interval_ms=args.scan_interval_ms, publish_route=args.publish_route,
             controller=ControllerConfig(heartbeat_timeout_ms=args.heartbeat_timeout_ms,
                                         enable_elect_unclean_master=args.elect_unclean),
         ).validate()

@@ -142,8 +142,11 @@ def _report(backend: Any, info: NodeInfo, line: str, as_json: bool) -> None:
     print(route_line(route.to_dict()))
 
 
-def route_line(route: dict[str, Any]) -> str:
+def route_line(route: dict[str, Any], *, controller_mode: bool = False) -> str:
     """One line of the route (route.json's fields)."""
+    if route.get("master") is None and controller_mode:
+        return (f"route: no master (epoch {route.get('epoch')}); the controller elects one "
+                "once a SyncStateSet member heartbeats (`dlab controller status`)")
     if route.get("master") is None:
         return (f"route: no master (epoch {route.get('epoch')}); promote a slave with "
                 "`dlab cluster promote NODE`")

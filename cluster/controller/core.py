@@ -19,6 +19,7 @@ server's event loop).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.controller.state_file import ControllerStateFile
@@ -64,6 +65,9 @@ class ControllerCore:
         self.clock = clock
         self.addresses: dict[int, str] = {}
         self._persisted = to_json(state)
+        # Told the state and the addresses after every request applied (the
+        # state durable by then): the route publisher (route_publisher.py).
+        self.on_applied: Callable[[ControllerState, dict[int, str]], None] | None = None
 
     def now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -89,6 +93,8 @@ class ControllerCore:
             self.addresses[request.broker_id] = address
         for decision in decisions:
             _log_decision(decision)
+        if self.on_applied is not None:
+            self.on_applied(new, self.addresses)
         return Outcome(decisions, new)
 
     def scan(self) -> Outcome:

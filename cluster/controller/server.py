@@ -25,6 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cluster.controller.core import ControllerCore, ControllerPersistError
+from cluster.controller.route_publisher import RoutePublisher
 from cluster.controller.servicer import ControllerServicer
 from cluster.controller.state_file import ControllerStateFile
 from cluster.node.auth import TokenInterceptor
@@ -51,6 +52,8 @@ class ControllerProcessConfig:
     # heartbeat_timeout_ms + scan_interval_ms after its last heartbeat.
     scan_interval_ms: int = DEFAULT_SCAN_INTERVAL_MS
     shutdown_grace_s: float = 2.0
+    # Publish the route clients follow as DIR/route.json (route_publisher.py).
+    publish_route: str | None = None
 
     def validate(self) -> ControllerProcessConfig:
         if not self.state_dir:
@@ -61,6 +64,9 @@ class ControllerProcessConfig:
                               "127.0.0.1:9876")
         if not self.token:
             raise ConfigError("the cluster token is empty")
+        if self.publish_route is not None and not os.path.isdir(self.publish_route):
+            raise ConfigError(f"--publish-route {self.publish_route!r}: not a directory "
+                              "(give the cluster's directory)")
         if isinstance(self.scan_interval_ms, bool) or self.scan_interval_ms < 1:
             raise ConfigError(f"--scan-interval-ms {self.scan_interval_ms}: at least 1")
         self.controller.validate()
@@ -88,6 +94,8 @@ class ControllerProcess:
         state = self.state_file.open()
         clock = LoopClock(asyncio.get_running_loop())
         self.core = ControllerCore(cfg.controller, self.state_file, state, clock=clock)
+        if cfg.publish_route is not None:
+            self.core.on_applied = RoutePublisher(cfg.publish_route).update
         log.info("controller state %s: %d broker(s), master %s, master epoch %d, "
                  "SyncStateSet %s (epoch %d)", self.state_file.path, len(state.members),
                  state.master, state.master_epoch, sorted(state.sync_state_set),

@@ -29,6 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from store.log.segments import fsync_dir
+
 ROUTE_FILE = "route.json"
 ROUTE_VERSION = 1
 
@@ -94,3 +96,17 @@ def route_stamp(directory: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns
+
+
+def write_route(directory: str, route: Route) -> None:
+    """DIR/route.json, whole and atomically: written to route.json.tmp
+    (never through a link), fsynced, renamed over route.json, the directory
+    fsynced; a reader sees the old route or the new one."""
+    tmp = os.path.join(directory, ROUTE_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(route.to_dict(), f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, ROUTE_FILE))
+    fsync_dir(directory)

@@ -436,6 +436,8 @@ class Node:
         self.failpoints.hit("become_master_after_epoch")
         cfg = self.config
         if self.ha_master is None:
+            # What it received as a replica has no queue offsets counted yet.
+            store.recover_topic_queue_table()
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
             if self._replicas_manager is not None:

@@ -128,6 +128,19 @@ class ConsumeSide:
         finally:
             self._reput_lock.release()
 
+    def recover_topic_queue_table(self) -> None:
+        """A replica about to take puts in place (controller mode's
+        become-master; RocketMQ's changeToMaster calls its
+        recoverTopicQueueTable): dispatch every record it received, then let
+        QUEUEOFFSET continue from the queues. A replica appends what it
+        receives without assigning queue offsets, so the table it opened
+        with is behind what its log holds: its first puts as master would
+        take QUEUEOFFSETs its queues already have, and get no unit
+        (consumers would never see them)."""
+        self._reput_from_here(strict=False)
+        with self.log._lock:
+            self.log._queue_offsets = self.queues.next_queue_offsets()
+
     def _reput_from_here(self, *, strict: bool) -> None:
         # One walker at a time: the loop (reads) and the flusher thread
         # (close) both call it, and dispatch checks-then-appends.

@@ -61,14 +61,16 @@ def _run_args(state_dir: Path, token_file: Path, address: str,
 
 
 def start_controller(tmp_path: Path, state_dir: Path, address: str | None = None, *,
-                     heartbeat_timeout_ms: int = HEARTBEAT_TIMEOUT_MS) -> Controller:
+                     heartbeat_timeout_ms: int = HEARTBEAT_TIMEOUT_MS,
+                     extra: tuple[str, ...] = ()) -> Controller:
     token_file = tmp_path / "token"
     if not token_file.exists():
         write_token_file(str(token_file), TOKEN)
     address = address or f"127.0.0.1:{free_ports(1)[0]}"
     log = tmp_path / f"controller-{time.monotonic_ns()}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(_run_args(state_dir, token_file, address, heartbeat_timeout_ms),
+        proc = subprocess.Popen([*_run_args(state_dir, token_file, address,
+                                            heartbeat_timeout_ms), *extra],
                                 stdout=out,
                                 stderr=subprocess.STDOUT, cwd=REPO)
     ctl = Controller(proc, address, state_dir, log)
@@ -121,6 +123,63 @@ def _info(reply: controller_pb2.ControllerReply) -> tuple[int, str, int, list[in
     r = reply.replica_info
     return (r.master_id, r.master_address, r.master_epoch, list(r.sync_state_set),
             r.sync_state_set_epoch)
+
+
+# ---------------------------------------------------------------- route
+def test_the_route_it_publishes_follows_its_elections_and_waits_for_a_restarted_master(
+        tmp_path: Path, controllers: list[Controller]) -> None:
+    """--publish-route DIR: DIR/route.json names the master and its address
+    at each election, its epoch one more each time; after a SIGKILL and a
+    restart the old route stays until the master has heartbeaten to the
+    new process, which then publishes the address it heartbeats from."""
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    route_file = cluster / "route.json"
+    extra = ("--publish-route", str(cluster))
+    ctl = start_controller(tmp_path, tmp_path / "ctl", extra=extra)
+    controllers.append(ctl)
+
+    def route() -> tuple[str | None, str | None, int]:
+        r = json.loads(route_file.read_text())
+        return r["master"], r["address"], r["epoch"]
+
+    with ctl.client() as client:
+        assert not route_file.exists()  # no master yet: nothing published
+        b1, b2 = _elect_first_master(client)
+        assert route() == ("b1", "127.0.0.1:7001", 1)
+        deadline = time.monotonic() + 60
+        while route()[0] != "b2":  # b1 silent: b2 is elected
+            assert time.monotonic() < deadline, ctl.log_text()
+            client.heartbeat(b2, epoch=1, max_offset=100, confirmed_offset=100,
+                             address="127.0.0.1:7002")
+            time.sleep(HEARTBEAT_EVERY_S)
+        assert route() == ("b2", "127.0.0.1:7002", 2)
+    ctl.proc.kill()
+    ctl.proc.wait(timeout=30)
+    stamp = route_file.stat()
+    ctl = start_controller(tmp_path, tmp_path / "ctl", extra=extra)
+    controllers.append(ctl)
+    with ctl.client() as client:
+        assert client.register("b1").broker_id == b1
+        client.heartbeat(b1, epoch=1, max_offset=100, address="127.0.0.1:7001")
+        time.sleep(4 * SCAN_INTERVAL_MS / 1000)
+        # The master b2 is not heard from yet: the old route stands, untouched.
+        assert route() == ("b2", "127.0.0.1:7002", 2)
+        assert (route_file.stat().st_ino, route_file.stat().st_mtime_ns) == (
+            stamp.st_ino, stamp.st_mtime_ns)
+        assert client.heartbeat(b2, epoch=2, max_offset=100,
+                                address="127.0.0.1:7012").outcome == "heartbeat_accepted"
+        assert route() == ("b2", "127.0.0.1:7012", 3)
+    assert not (cluster / "route.json.tmp").exists()
+
+
+def test_publish_route_needs_an_existing_directory(tmp_path: Path) -> None:
+    write_token_file(str(tmp_path / "token"), TOKEN)
+    r = dlab("controller", "run", "--dir", str(tmp_path / "ctl"), "--token-file",
+             str(tmp_path / "token"), "--listen", f"127.0.0.1:{free_ports(1)[0]}",
+             "--publish-route", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--publish-route" in r.stderr and "not a directory" in r.stderr
 
 
 # ------------------------------------------------------------- election
