@@ -12,7 +12,9 @@ One task per node (it dies with the node: a kill cancels it). Every
    master, its epoch and address, the SyncStateSet and its epoch.
 2. No master: ask for an election (the requester is elected only on a
    broker set that never had a master, else the controller elects from the
-   SyncStateSet: ha/controller/elect.py).
+   SyncStateSet: ha/controller/elect.py). Named master while this process
+   does not serve as one (a restart quicker than the heartbeat timeout):
+   ask too, and the controller elects it again in a new epoch.
 3. The view names this broker master in an epoch it does not serve:
    become master (Node.become_master). It names another: follow it
    (Node.become_slave: the rejoin handshake and truncation first). A
@@ -118,7 +120,11 @@ class ReplicasManager:
             log.warning("controller refused the heartbeat: %s", reply.reason)
             return
         info = reply.replica_info
-        if info.master_id == 0:
+        if info.master_id == 0 or (info.master_id == self.broker_id
+                                   and node.ha_master is None):
+            # No master; or this broker named master while this process
+            # does not serve as one: a restart the controller has not
+            # noticed. It asks again, and serves a new epoch.
             reply = await self._call("ElectMaster", controller_pb2.ElectMasterRequest(
                 requester=self.broker_id))
             info = reply.replica_info

@@ -16,7 +16,8 @@ DefaultElectPolicy and its heartbeat manager:
 - Election (elect.py): from the live SyncStateSet, else (unclean only) any
   live replica. A new master: SyncStateSet = {master}, master epoch + 1,
   SyncStateSet epoch + 1. A live master asked to stay (no other broker
-  preferred) stays. No candidate after the scan found the master down: it is
+  preferred) stays, unless the master itself asks: a restarted master is
+  elected again in a new epoch. No candidate after the scan found the master down: it is
   deposed (master None, master epoch + 1) and the SyncStateSet is kept, so a
   member that comes back can be elected; no candidate for a broker's or an
   operator's request changes nothing. The first election of a broker set
@@ -127,6 +128,15 @@ def _elect_master(state: ControllerState, request: ElectMaster, now_ms: int,
     alive = _alive(state, now_ms, config)
     if state.master_epoch == 0:
         return _first_election(state, request, alive)
+    if (request.requester is not None and request.requester == state.master
+            and state.master in alive and request.preferred in (None, state.master)):
+        # The master itself asks: a new process of it (a restart quicker
+        # than the heartbeat timeout). It serves a new epoch, so that a
+        # replica that holds what its old process wrote and it lost cuts
+        # back to what both hold (ha/autoswitch/epochs.py: only a new epoch
+        # at every return of a master keeps the rejoin rule sound).
+        return _install(state, state.master, unclean=False,
+                        reason="the master asked again: a restarted master serves a new epoch")
     if state.master is not None and state.master in alive and request.preferred in (
             None, state.master):
         return state, (MasterStillAlive(state.master, state.master_epoch),)
