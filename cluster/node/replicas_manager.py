@@ -120,11 +120,10 @@ class ReplicasManager:
             log.warning("controller refused the heartbeat: %s", reply.reason)
             return
         info = reply.replica_info
-        if info.master_id == 0 or (info.master_id == self.broker_id
-                                   and node.ha_master is None):
-            # No master; or this broker named master while this process
-            # does not serve as one: a restart the controller has not
-            # noticed. It asks again, and serves a new epoch.
+        if info.master_id == 0 or self._restarted_master(info):
+            # No master; or this broker named master of an epoch it served
+            # before this process started: a restart the controller has
+            # not noticed. It asks again, and serves a new epoch.
             reply = await self._call("ElectMaster", controller_pb2.ElectMasterRequest(
                 requester=self.broker_id))
             info = reply.replica_info
@@ -132,6 +131,17 @@ class ReplicasManager:
         if (node.ha_master is not None and info.master_id == self.broker_id
                 and not self._changing.locked()):  # a change on its way: next round
             await self._keep_sync_state_set()
+
+    def _restarted_master(self, info: controller_pb2.ReplicaInfo) -> bool:
+        """Named master in an epoch this broker's epoch file already holds
+        as its last, while this process does not serve as master: it
+        served that epoch in an earlier process (a freshly elected broker's
+        last epoch is an older one)."""
+        node = self.node
+        assert node.epochs is not None
+        last = node.epochs.epochs.last
+        return (info.master_id == self.broker_id and node.ha_master is None
+                and last is not None and last.epoch == info.master_epoch)
 
     def _heartbeat(self) -> controller_pb2.HeartbeatRequest:
         node = self.node
