@@ -407,11 +407,11 @@ _add(Scenario(
     "sync-state-set-expand-master-crash",
     "controller mode: the slaves catch up and the master asks the controller to add them "
     "to its SyncStateSet; the controller applies it, and the master, before it adopts the "
-    "answer (a late answer: 3 s), dies in a power cut; a new member is elected and the "
+    "answer (a late answer: 6 s), dies in a power cut; a new member is elected and the "
     "old master rejoins (apache/rocketmq#5663's shape)",
     (Step(Action.AWAIT_CRASH, "master"), Step(Action.PROMOTE, "best_slave", (0.0, 0.0)),
      Step(Action.REJOIN, "old_master", (1.0, 2.0))),
-    failpoints=(FailpointPlan("master", "sync_state_set_adopt", "delay:3000+crash",
+    failpoints=(FailpointPlan("master", "sync_state_set_adopt", "delay:6000+crash",
                               hits=(1, 1)),),
     load_s=20.0, retries=FAILOVER_RETRIES, tags=("failover", "controller"),
 ))

@@ -162,7 +162,8 @@ class ReplicasManager:
             if node.ha_master is None or node.master_epoch != info.master_epoch:
                 await node.become_master(info.master_epoch,
                                          await self._set_names(info.sync_state_set))
-            elif node.sync_state_set != await self._set_names(info.sync_state_set):
+            elif (not self._changing.locked()  # a change on its way: its answer decides
+                  and node.sync_state_set != await self._set_names(info.sync_state_set)):
                 node.set_sync_state_set(await self._set_names(info.sync_state_set))
             return
         if not info.master_address:
