@@ -64,6 +64,8 @@ class ReplicasManager:
         # One SyncStateSet change on its way at a time.
         self._changing = asyncio.Lock()
         self._expansion: asyncio.Task[None] | None = None
+        # A change sent with no answer: the controller's view decides next.
+        self._unconfirmed = False
 
     def on_ack(self, slave: str, acked: int) -> None:
         """HAMaster's hook after every accepted report: a slave not in the
@@ -162,9 +164,11 @@ class ReplicasManager:
             if node.ha_master is None or node.master_epoch != info.master_epoch:
                 await node.become_master(info.master_epoch,
                                          await self._set_names(info.sync_state_set))
-            elif (not self._changing.locked()  # a change on its way: its answer decides
-                  and node.sync_state_set != await self._set_names(info.sync_state_set)):
-                node.set_sync_state_set(await self._set_names(info.sync_state_set))
+            elif not self._changing.locked():  # a change on its way: its answer decides
+                names = await self._set_names(info.sync_state_set)
+                if self._unconfirmed or node.sync_state_set != names:
+                    node.set_sync_state_set(names)
+                    self._unconfirmed = False
             return
         if not info.master_address:
             return  # the master has not heartbeaten to this controller yet
@@ -228,7 +232,9 @@ class ReplicasManager:
                 sync_state_set_epoch=self.info.sync_state_set_epoch,
                 new_sync_state_set=sorted(ids[n] for n in new if n in ids)))
         except BaseException:
-            node.set_sync_state_set(members)  # no answer: the set as it was
+            # No answer: the controller may have applied it. The union stays
+            # until a heartbeat's reply says which set the controller holds.
+            self._unconfirmed = True
             raise
         if reply.outcome == "sync_state_set_changed":
             self.info = reply.replica_info
