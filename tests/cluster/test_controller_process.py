@@ -191,13 +191,17 @@ def test_a_master_whose_heartbeats_stop_is_replaced_by_the_in_sync_slave(
         b1, b2 = _elect_first_master(client)
         # Both alive for a while: no election while the master heartbeats.
         for _ in range(5):
+            # Before it is sent: the controller records the heartbeat later,
+            # so the time from here to the election is at least its timeout
+            # (measured after the answer, a loaded machine's pause between
+            # the two shortened it below the timeout: 2.85 s of 2.95).
+            b1_last = time.monotonic()
             client.heartbeat(b1, epoch=1, max_offset=100, confirmed_offset=100,
                              address="127.0.0.1:7001")
             client.heartbeat(b2, epoch=1, max_offset=100, confirmed_offset=100,
                              address="127.0.0.1:7002")
             time.sleep(HEARTBEAT_EVERY_S)
         assert _info(client.replica_info())[:3] == (b1, "127.0.0.1:7001", 1)
-        b1_last = time.monotonic()  # after its last heartbeat was answered
         deadline = b1_last + 60
         while _info(client.replica_info())[0] != b2:
             assert time.monotonic() < deadline, ctl.log_text()
