@@ -139,12 +139,7 @@ class LocalBackend(FailoverSteps):
                               "epoch": 1}
             master_port = ports[0]
             for i, ns in enumerate(spec.nodes):
-                os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
-                state["nodes"][ns.name] = {
-                    "spec": spec_to_dict(ns), "port": ports[i], "address": f"{HOST}:{ports[i]}",
-                    "pid": None, "start_time": None, "failpoints": ns.failpoints,
-                    "master_via": None, "starts": 0,
-                }
+                state["nodes"][ns.name] = self._new_node_entry(ns, ports[i])
             for j, ns in enumerate(spec.slaves):
                 pport = ports[len(spec.nodes) + j]
                 state["nodes"][ns.name]["master_via"] = f"{HOST}:{pport}"
@@ -204,12 +199,7 @@ class LocalBackend(FailoverSteps):
                            "settings": dataclasses.asdict(ctl)},
         }
         for i, ns in enumerate(spec.nodes):
-            os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
-            state["nodes"][ns.name] = {
-                "spec": spec_to_dict(ns), "port": ports[i], "address": f"{HOST}:{ports[i]}",
-                "pid": None, "start_time": None, "failpoints": ns.failpoints,
-                "master_via": None, "starts": 0,
-            }
+            state["nodes"][ns.name] = self._new_node_entry(ns, ports[i])
         # A route left by an earlier cluster in DIR names its addresses.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(ROUTE_FILE))
@@ -239,6 +229,13 @@ class LocalBackend(FailoverSteps):
             self._down_locked(state)
             raise
         return [self._info(state, n) for n in state["nodes"]]
+
+    def _new_node_entry(self, ns: NodeSpec, port: int) -> dict[str, Any]:
+        """A node's entry in a new cluster's state, its data directory made."""
+        os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
+        return {"spec": spec_to_dict(ns), "port": port, "address": f"{HOST}:{port}",
+                "pid": None, "start_time": None, "failpoints": ns.failpoints,
+                "master_via": None, "starts": 0}
 
     def _start_controller(self, state: dict[str, Any], deadline: float) -> None:
         """Start `dlab controller run` and wait until its health check says

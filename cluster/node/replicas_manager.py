@@ -178,10 +178,14 @@ class ReplicasManager:
                 log.info("not following %s (%s) yet: %s", info.master_name,
                          info.master_address, why)
 
+    async def _refresh_names(self) -> None:
+        """Broker ids to names, from the controller's metadata."""
+        meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
+        self.names.update({m.broker_id: m.name for m in meta.members})
+
     async def _set_names(self, ids: Any) -> frozenset[str]:
         if any(i not in self.names for i in ids):
-            meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
-            self.names.update({m.broker_id: m.name for m in meta.members})
+            await self._refresh_names()
         return frozenset(self.names[i] for i in ids if i in self.names)
 
     async def _keep_sync_state_set(self, *, shrink: bool = True) -> None:
@@ -215,11 +219,9 @@ class ReplicasManager:
         new = frozenset(keep)
         if new == members:
             return
+        if any(n not in self.names.values() for n in new):
+            await self._refresh_names()
         ids = {n: i for i, n in self.names.items()}
-        if any(n not in ids for n in new):
-            meta = await self._call("GetMetadata", controller_pb2.GetMetadataRequest())
-            self.names.update({m.broker_id: m.name for m in meta.members})
-            ids = {n: i for i, n in self.names.items()}
         # While the change is on its way, puts wait for the union of the
         # old and the new set (apache/rocketmq#5798's isSynchronizingSyncStateSet):
         # the controller may apply it and the master die before it hears,
