@@ -55,10 +55,17 @@ from chaos.harness.timings import (
 )
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.grid import MatrixConfig
-from chaos.matrix.launch import keep_stores_option, results_dir, scenario_list
+from chaos.matrix.launch import (
+    controller_fields,
+    controller_options,
+    keep_stores_option,
+    results_dir,
+    scenario_list,
+)
 from chaos.matrix.sweep import SweepRun, run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from chaos.schema import read_jsonl
+from ha.config import HAMode
 from store.tools.cli_args import positive_float, positive_int
 
 BACKENDS = ("sim", "local")
@@ -89,7 +96,22 @@ class Tally:
 
 
 def mode_of(cfg: RunConfig) -> str:
-    return f"{cfg.role} + {cfg.flush}"
+    """A mode's name in the comparison: role and flush, and in controller
+    mode its settings (the role is the one they make)."""
+    mode = f"{cfg.role} + {cfg.flush}"
+    return mode if cfg.ha_mode is HAMode.CLASSIC else f"{mode} ({cfg.ha_label})"
+
+
+def _mode_order(runs: Sequence[RunConfig]) -> list[str]:
+    """Each mode once: classic first, in ROLES x FLUSHES order."""
+    def key(c: RunConfig) -> tuple[int, int, int, str]:
+        return (c.ha_mode is not HAMode.CLASSIC, ROLES.index(c.role), FLUSHES.index(c.flush),
+                c.ha_label)
+    out: list[str] = []
+    for c in sorted(runs, key=key):
+        if mode_of(c) not in out:
+            out.append(mode_of(c))
+    return out
 
 
 def _tally(runs: Sequence[tuple[RunConfig, SweepRun]], figure: str) -> Tally:
@@ -128,8 +150,7 @@ def compare(results: dict[str, list[tuple[RunConfig, SweepRun]]]) -> dict[str, A
     """The agreement, as JSON: per question each backend's modes, the
     verdict per mode and overall, and the rates per mode (and per mode x
     scenario)."""
-    modes = sorted({mode_of(c) for runs in results.values() for c, _ in runs},
-                   key=lambda m: [f"{r} + {f}" for r in ROLES for f in FLUSHES].index(m))
+    modes = _mode_order([c for runs in results.values() for c, _ in runs])
     names = sorted({c.scenario.name for runs in results.values() for c, _ in runs})
     alpha = FALSE_ALARM / max(1, len(modes) * len(QUESTIONS))
 
@@ -172,14 +193,16 @@ def print_comparison(cmp: dict[str, Any]) -> None:
     for i, (key, _, _) in enumerate(QUESTIONS, 1):
         q = cmp["questions"][key]
         print(f"{i}. {q['question']}: {q['verdict'].upper()}")
-        print(f"   {'mode':28} {'sim':24} {'local':24} verdict")
+        w = max([28, *(len(m) for m in q["rates"])])
+        print(f"   {'mode':{w}} {'sim':24} {'local':24} verdict")
         for mode, v in q["rates"].items():
-            print(f"   {mode:28} {v['sim']['cell']:24} {v['local']['cell']:24} {v['verdict']}")
+            print(f"   {mode:{w}} {v['sim']['cell']:24} {v['local']['cell']:24} {v['verdict']}")
             if v["why"] and v["verdict"] != "agree":
                 print(f"      {v['why']}")
-        print(f"   {'mode | scenario':55} {'sim':22} local")
+        w = max([55, *(len(r) for r in q["rates_by_scenario"])])
+        print(f"   {'mode | scenario':{w}} {'sim':22} local")
         for row, cells in q["rates_by_scenario"].items():
-            print(f"   {row:55} {cells['sim']:22} {cells['local']}")
+            print(f"   {row:{w}} {cells['sim']:22} {cells['local']}")
     q = cmp["questions"]["sync_flush_keeps"]
     print(f"3. {q['question']}: {q['verdict'].upper()}")
     for b in BACKENDS:
@@ -204,9 +227,11 @@ def _configs(args: argparse.Namespace, backend: str, runs: int,
     template: dict[str, Any] = {
         "backend": backend, "sim_duration_s": None, "sim_timings": timings,
         "keep_stores": KeepStores(args.keep_stores),
-        "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate)}
+        "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate),
+        **controller_fields(args)}
     matrix = MatrixConfig(out_dir=os.path.join(args.out, backend), scenarios=args.scenarios,
-                          runs=runs, base_seed=args.seed, template=template)
+                          runs=runs, base_seed=args.seed, template=template,
+                          ha_modes=args.ha_modes or [args.ha_mode])
     return [replace(c, out_dir=os.path.abspath(c.out_dir)) for c in matrix.run_configs()]
 
 
@@ -255,8 +280,9 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
     args.scenarios = names
     results_dir(args.out)
     local_configs = _configs(args, "local", args.local_runs)
-    sim_runs = len(names) * len(ROLES) * len(FLUSHES) * args.runs
-    print(f"compare-backends: {', '.join(names)} x {len(ROLES) * len(FLUSHES)} modes; "
+    sim_runs = len(local_configs) // args.local_runs * args.runs
+    modes = len({mode_of(c) for c in local_configs})
+    print(f"compare-backends: {', '.join(names)} x {modes} modes; "
           f"{args.local_runs} local run(s) and {args.runs} sim run(s) per cell "
           f"({len(local_configs)} + {sim_runs} runs); results in {args.out}", flush=True)
     print(f"workload on both sides: {args.producers} producers x {args.rate:g} puts/s "
@@ -356,7 +382,8 @@ def register(csub: Any) -> None:
     p = csub.add_parser(
         "compare-backends", help="the quick scenarios on both backends: do they agree?",
         description="Runs the same experiment (the scenarios, default the quick matrix, in "
-        "the four modes; the same producers at the same offered load for the same time, "
+        "the four modes, and with --ha-modes classic,controller one controller mode beside "
+        "them; the same producers at the same offered load for the same time, "
         "the same fault schedule per seed) on the local backend (--local-runs per cell) and "
         "the sim backend (--runs per cell, as Spark tasks, given this machine's measured "
         "fsync and per-put times), then says whether they agree on which modes lose "
@@ -383,5 +410,6 @@ def register(csub: Any) -> None:
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the sim sweep and the report (default local[*])")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
+    controller_options(p, ha_modes=True)
     keep_stores_option(p)
     p.set_defaults(handler=cmd_compare_backends)

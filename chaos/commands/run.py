@@ -27,7 +27,14 @@ from chaos.harness.run_config import (
 )
 from chaos.harness.workload import WorkloadConfig
 from chaos.matrix.grid import MatrixConfig, MatrixOutcome
-from chaos.matrix.launch import keep_stores_option, make_run, results_dir, scenario_list
+from chaos.matrix.launch import (
+    controller_fields,
+    controller_options,
+    keep_stores_option,
+    make_run,
+    results_dir,
+    scenario_list,
+)
 from chaos.matrix.sweep import run_in_order, run_sweep, sweep_context
 from chaos.report.progress import MatrixProgress
 from cluster.backends.image import CheckedImages
@@ -37,7 +44,7 @@ from store.config import CorruptionPolicy, CrashModel, FlushMode
 from store.tools.cli_args import UserError, positive_float, positive_int
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, matrix: bool = False) -> None:
     p.add_argument("--backend", choices=("local", "compose", "sim"), default="local",
                    help="where nodes run: local processes (default), docker-compose, or sim "
                    "(the whole cluster in this process on simulated time, clock, network "
@@ -71,23 +78,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="every node re-introduces this known RocketMQ bug (repeatable; "
                         "see `dlab chaos bugs`; default: none)")
-    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; --backend "
-                             "local or sim)")
-    c.add_argument("--ha-mode", choices=("classic", "controller"), default="classic",
-                   help="classic (default): the role is fixed, failover is by hand (the "
-                   "scenarios' promote); controller: a controller elects the master from the "
-                   "SyncStateSet, and the scenarios' promote waits for its election")
-    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
-                   help="a put waits for every SyncStateSet member (default: no)")
-    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="else a put waits for N copies, the master's included (default 1: "
-                   "no slave)")
-    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="puts are refused (IN_SYNC_REPLICAS_NOT_ENOUGH) while the set is "
-                   "smaller (default 1)")
-    c.add_argument("--elect-unclean", action="store_true",
-                   help="when no SyncStateSet member is alive, elect any replica (RocketMQ's "
-                   "enableElectUncleanMaster: may lose messages; default: no)")
+    controller_options(p, ha_modes=matrix)
     keep_stores_option(p)
 
 
@@ -102,11 +93,7 @@ def _run_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "emulate": _emulate(args.emulate), "sim_duration_s": args.sim_duration,
         "sim_disk_faults": SimDiskFaults(args.sim_disk_faults),
         "keep_stores": KeepStores(args.keep_stores),
-        "ha_mode": HAMode(args.ha_mode),
-        "all_ack_in_sync_state_set": args.all_ack_in_sync_state_set,
-        "in_sync_replicas": args.in_sync_replicas,
-        "min_in_sync_replicas": args.min_in_sync_replicas,
-        "elect_unclean": args.elect_unclean,
+        **controller_fields(args),
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                    retries=args.retries),
     }
@@ -191,9 +178,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                               retries=args.retries)
     ha_modes = args.ha_modes or [args.ha_mode]
-    bad = [v for v in ha_modes if v not in ("classic", "controller")]
-    if bad:
-        raise UserError(f"unknown HA mode {', '.join(bad)}; choose from classic, controller")
     if "controller" in ha_modes and args.backend == "compose":
         raise UserError("--ha-modes controller runs on --backend local or sim so far (the "
                         "compose backend does not start a controller yet)")
@@ -466,15 +450,11 @@ def _register_matrix(csub: Any) -> None:
     p.add_argument("--corruption-policies", type=lambda t: t.split(","), default=None,
                    help="comma-separated corruption policies to run every cell under (e.g. "
                    "refuse,truncate,repair; default: --corruption-policy)")
-    p.add_argument("--ha-modes", type=lambda t: t.split(","), default=None,
-                   help="comma-separated: classic (the --roles) and/or controller (RocketMQ "
-                   "5's automatic failover with the controller options below, one mode whose "
-                   "role its ack settings make); default: --ha-mode")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the report and, with --backend sim, the runs "
                    "themselves as Spark tasks (default: local[*], every core)")
-    _common(p)
+    _common(p, matrix=True)
     p.set_defaults(handler=cmd_matrix)
 
 

@@ -209,6 +209,13 @@ class RunConfig:
         return Role.SYNC_MASTER if waits else Role.ASYNC_MASTER
 
     @property
+    def ha_label(self) -> str:
+        """"classic", or controller mode with its settings in words (the
+        report's and compare-backends' label: ha_label)."""
+        return ha_label(self.ha_mode.value, self.all_ack_in_sync_state_set,
+                        self.in_sync_replicas, self.min_in_sync_replicas, self.elect_unclean)
+
+    @property
     def ha_label_suffix(self) -> str:
         """'' in classic mode; else the controller settings, e.g.
         -controller-allack-min2-unclean (run ids and the report's labels)."""
@@ -218,3 +225,15 @@ class RunConfig:
                 else f"-isr{self.in_sync_replicas}")
         least = f"-min{self.min_in_sync_replicas}" if self.min_in_sync_replicas > 1 else ""
         return f"-controller{acks}{least}{'-unclean' if self.elect_unclean else ''}"
+
+
+def ha_label(ha_mode: str, all_ack: bool, in_sync_replicas: int, min_in_sync_replicas: int,
+             elect_unclean: bool) -> str:
+    """The one wording of an HA mode and its settings: "classic", or e.g.
+    "controller all-ack, min 2, unclean" (run ids use the same fields as
+    RunConfig.ha_label_suffix)."""
+    if ha_mode == HAMode.CLASSIC.value:
+        return "classic"
+    acks = "all-ack" if all_ack else f"in-sync-replicas {in_sync_replicas}"
+    least = f", min {min_in_sync_replicas}" if min_in_sync_replicas > 1 else ""
+    return f"controller {acks}{least}{', unclean' if elect_unclean else ''}"

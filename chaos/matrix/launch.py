@@ -13,7 +13,8 @@ from chaos.check import keep_decision
 from chaos.harness import scenarios
 from chaos.harness.run_base import ChaosRun
 from chaos.harness.run_config import KEEP_STORES, Backend, KeepStores, RunConfig
-from store.tools.cli_args import UserError
+from ha.config import HAMode
+from store.tools.cli_args import UserError, positive_int
 
 if TYPE_CHECKING:
     from chaos.check.summary import RunOutcome
@@ -39,6 +40,55 @@ def keep_stores_option(p: argparse.ArgumentParser) -> None:
                    "a slave ahead or diverging, damage, or a node refusing to start, and a "
                    "seeded 1 in 10 of the others), all, or none (the read-back only); "
                    "params.json says what each run kept and why")
+
+
+HA_MODES = ("classic", "controller")
+
+
+def controller_options(p: argparse.ArgumentParser, *, ha_modes: bool) -> None:
+    """--ha-mode (and with `ha_modes`, a matrix's --ha-modes) and
+    controller mode's ack settings, RocketMQ's defaults, on every command
+    that starts runs; controller_fields reads them back."""
+    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; --backend "
+                             "local or sim)")
+    c.add_argument("--ha-mode", choices=HA_MODES, default="classic",
+                   help="classic (default): the role is fixed, failover is by hand (the "
+                   "scenarios' promote); controller: a controller elects the master from the "
+                   "SyncStateSet, and the scenarios' promote waits for its election")
+    if ha_modes:
+        c.add_argument("--ha-modes", type=ha_mode_list, default=None,
+                       help="comma-separated: classic (the roles) and/or controller (one "
+                       "mode, whose role its ack settings make); default: --ha-mode")
+    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
+                   help="a put waits for every SyncStateSet member (default: no)")
+    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="else a put waits for N copies, the master's included (default 1: "
+                   "no slave)")
+    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
+                   help="puts are refused (IN_SYNC_REPLICAS_NOT_ENOUGH) while the set is "
+                   "smaller (default 1)")
+    c.add_argument("--elect-unclean", action="store_true",
+                   help="when no SyncStateSet member is alive, elect any replica (RocketMQ's "
+                   "enableElectUncleanMaster: may lose messages; default: no)")
+
+
+def ha_mode_list(text: str) -> list[str]:
+    """--ha-modes: comma-separated, each classic or controller."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in HA_MODES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown HA mode {', '.join(bad) or repr(text)}; choose from {', '.join(HA_MODES)}")
+    return names
+
+
+def controller_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields of the options controller_options adds."""
+    return {"ha_mode": HAMode(args.ha_mode),
+            "all_ack_in_sync_state_set": args.all_ack_in_sync_state_set,
+            "in_sync_replicas": args.in_sync_replicas,
+            "min_in_sync_replicas": args.min_in_sync_replicas,
+            "elect_unclean": args.elect_unclean}
 
 
 def results_dir(path: str, option: str = "--out") -> None:

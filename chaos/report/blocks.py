@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from chaos.check import promises
+from chaos.harness import run_config
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,13 +49,11 @@ def ha_label(params: Any) -> str:
     """"classic", or controller mode with its settings as the report names
     them (from params.json's config; a run from before it is classic)."""
     cfg = params.get("config") or {}
-    if cfg.get("ha_mode", "classic") == "classic":
-        return "classic"
-    acks = ("all-ack" if cfg.get("all_ack_in_sync_state_set")
-            else f"in-sync-replicas {cfg.get('in_sync_replicas', 1)}")
-    least = int(cfg.get("min_in_sync_replicas", 1))
-    return ("controller " + acks + (f", min {least}" if least > 1 else "")
-            + (", unclean" if cfg.get("elect_unclean") else ""))
+    return run_config.ha_label(cfg.get("ha_mode", CLASSIC),
+                               bool(cfg.get("all_ack_in_sync_state_set")),
+                               int(cfg.get("in_sync_replicas", 1)),
+                               int(cfg.get("min_in_sync_replicas", 1)),
+                               bool(cfg.get("elect_unclean")))
 
 
 class Mode(NamedTuple):

@@ -47,6 +47,11 @@ class SimController:
         self.core: ControllerCore | None = None
         self._state_file: ControllerStateFile | None = None
         self._tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        # When the master it holds last changed, on the cluster's wall
+        # clock (the local controller's route.json `since_ms`): a run dates
+        # the promotion it follows from here, not from when it looked.
+        self.master_since_ms = 0
+        self._master_seen: str | None = None
 
     @property
     def running(self) -> bool:
@@ -59,6 +64,7 @@ class SimController:
         self._state_file = ControllerStateFile(STATE_DIR, disk=self.disk)
         state = self._state_file.open()
         self.core = ControllerCore(self.config, self._state_file, state, clock=self.clock)
+        self.core.on_applied = self._applied
         servicer = ControllerServicer(self.core, scan_interval_ms=self.scan_interval_ms,
                                       state_file=self._state_file.path,
                                       started_ms=self.core.now_ms())
@@ -66,6 +72,13 @@ class SimController:
         ctx.run(self.owner.set, CONTROLLER_NAME)
         ctx.run(self.network.serve_calls, CONTROLLER_ADDRESS, servicer, token=self.token)
         self._tasks.add(self.loop.create_task(self._scan_forever(), context=ctx))
+
+    def _applied(self, state: Any, addresses: Any) -> None:
+        """After every request the core applied: note a master change."""
+        name = self.master_name()
+        if name is not None and name != self._master_seen:
+            self._master_seen = name
+            self.master_since_ms = self.clock.wall_ms()
 
     async def _scan_forever(self) -> None:
         while True:

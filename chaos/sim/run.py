@@ -270,8 +270,11 @@ class SimRun(RunBase):
             return False
         old = self.acting_master
         self._promoted(elected)
-        self.record.fault("promote", elected, t, peer=old, end=cluster.clock.wall_ms(),
-                          detail=detail)
+        # Dated from the election, as the local runner dates it from the
+        # route's since_ms: the checker moves the route at the fault's start.
+        since = cluster.controller.master_since_ms
+        self.record.fault("promote", elected, since or t, peer=old,
+                          end=cluster.clock.wall_ms(), detail=detail)
         return True
 
     async def _await_election(self, cluster: SimCluster, t: int) -> None:
@@ -309,7 +312,10 @@ class SimRun(RunBase):
         t0 = loop.time()
         for delay, step in zip(self.plan.step_delays_s, cfg.scenario.steps, strict=True):
             await asyncio.sleep(delay)
-            self._follow_election(cluster, loop.wall_ms(), "elected by the controller")
+            if step.action is not Action.PROMOTE:
+                # An election since the last step (a promote step waits for
+                # one itself, and records it), as the local runner does.
+                self._follow_election(cluster, loop.wall_ms(), "elected by the controller")
             await self._apply(cluster, step)
         left = duration - (loop.time() - t0)
         await asyncio.sleep(max(left, cfg.scenario.settle_s))
