@@ -228,7 +228,7 @@ def _configs(args: argparse.Namespace, backend: str, runs: int,
         "backend": backend, "sim_duration_s": None, "sim_timings": timings,
         "keep_stores": KeepStores(args.keep_stores),
         "workload": WorkloadConfig(producers=args.producers, rate_per_s=args.rate),
-        **controller_fields(args)}
+        "slaves": args.slaves, **controller_fields(args)}
     matrix = MatrixConfig(out_dir=os.path.join(args.out, backend), scenarios=args.scenarios,
                           runs=runs, base_seed=args.seed, template=template,
                           ha_modes=args.ha_modes or [args.ha_mode])
@@ -286,8 +286,8 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
           f"{args.local_runs} local run(s) and {args.runs} sim run(s) per cell "
           f"({len(local_configs)} + {sim_runs} runs); results in {args.out}", flush=True)
     print(f"workload on both sides: {args.producers} producers x {args.rate:g} puts/s "
-          f"({args.producers * args.rate:g} puts/s offered), for each scenario's load time",
-          flush=True)
+          f"({args.producers * args.rate:g} puts/s offered), for each scenario's load time, "
+          f"{args.slaves} slave(s)", flush=True)
     fsync_us = measure_fsync_us(args.out)
     results: dict[str, list[tuple[RunConfig, SweepRun]]] = {}
     with MatrixProgress(len(local_configs)) as progress:
@@ -312,7 +312,7 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
               flush=True)
         failed += len(outcome.failed)
         code = conclude(args.out, results, failed, {
-            "producers": args.producers, "rate_per_s": args.rate,
+            "producers": args.producers, "rate_per_s": args.rate, "slaves": args.slaves,
             "offered_puts_per_s": args.producers * args.rate,
             "timings": timings.as_record()})
         run_dirs = [r.run_dir for b in BACKENDS for _, r in results[b] if r.run_dir]
@@ -407,6 +407,8 @@ def register(csub: Any) -> None:
     p.add_argument("--rate", type=positive_float, default=DEFAULT_RATE_PER_S, metavar="R",
                    help="puts a second per producer, on both sides (default %(default)g: a "
                    "load both backends run; the answer is for this load)")
+    p.add_argument("--slaves", type=positive_int, default=1,
+                   help="slaves per cluster, on both sides (default %(default)s)")
     p.add_argument("--spark-master", default=None,
                    help="Spark master URL for the sim sweep and the report (default local[*])")
     p.add_argument("--no-report", action="store_true", help="skip the Spark report")
