@@ -8,7 +8,11 @@ Each entry says: master epoch `epoch` began writing at log offset
 the rejoin handshake; a replica's come from its epoch file and its log.
 
 Invariants (`problems` lists the broken ones; every constructor checks):
-    epochs strictly increasing; start offsets strictly increasing; all >= 0.
+    epochs strictly increasing; start offsets never decreasing; all >= 0.
+An entry that starts where the next one starts is an epoch with no record
+on this broker (a master elected again before anything it wrote in the
+last epoch survived): its range is empty, and it is kept so that a replica
+holding that epoch still finds it (below).
 A replica appends an entry when the epoch of the records it receives
 changes (a batch never spans two epochs); a broker appends one when it
 becomes master (`begin_epoch`).
@@ -50,9 +54,9 @@ def problems(entries: Iterable[EpochEntry]) -> list[str]:
             out.append(f"entry {e} is negative")
         if prev is not None and e.epoch <= prev.epoch:
             out.append(f"epoch {e.epoch} follows epoch {prev.epoch}: epochs must increase")
-        if prev is not None and e.start_offset <= prev.start_offset:
-            out.append(f"entry {e} starts at or before the previous entry {prev}: "
-                       "start offsets must increase")
+        if prev is not None and e.start_offset < prev.start_offset:
+            out.append(f"entry {e} starts before the previous entry {prev}: "
+                       "start offsets must not decrease")
         prev = e
     return out
 
@@ -99,9 +103,13 @@ class EpochList:
         the last, or the last epoch again at another offset, or a start
         before the last entry's. The last epoch again at its own offset
         changes nothing (a retried append after a crash). An entry starting
-        where the last one starts replaces it: the last epoch holds no record,
-        so dropping it loses nothing. (RocketMQ's appendEntry refuses that
-        case and keeps the older epoch as the file's last.)"""
+        where the last one starts is appended after it: the last epoch holds
+        no record here, and stays listed with its empty range, so that a
+        replica that holds records of it matches it and is cut at its start.
+        (RocketMQ's appendEntry refuses that case and keeps the older epoch
+        as the file's last, so the new master's records are listed as the
+        old epoch's; dropping the empty epoch instead, as this list once did,
+        left a replica holding it with no common epoch at all.)"""
         last = self.last
         if last is None:
             return EpochList((entry,))
@@ -114,8 +122,6 @@ class EpochList:
             raise EpochOrderError(f"epoch {entry} starts before the last entry {last}: "
                                   "an epoch starts at the log's end, which never moves back "
                                   "without truncate_from first")
-        if entry.start_offset == last.start_offset:
-            return EpochList(self.entries[:-1] + (entry,))
         return EpochList(self.entries + (entry,))
 
     def begin_epoch(self, epoch: int, max_offset: int) -> EpochList:
