@@ -87,9 +87,10 @@ HISTORY: dict[str, tuple[str, bool, str]] = {
     "node": ("str", False, "node the call went to"),
     "detail": ("str", True, "error text for failures"),
     "evidence": ("dict", True, "PUT_OK only: the positions the node answered on, "
-                               "{wrote, flushed, acks: [{slave, acked, shipped}], by} "
-                               "(store/status.py Evidence); null otherwise, absent in "
-                               "results written before it"),
+                               "{wrote, flushed, acks: [{slave, acked, shipped}], by}, and "
+                               "in controller mode quorum: {needed, members (null: any "
+                               "slave)} (store/status.py Evidence); null otherwise, "
+                               "absent in results written before it"),
 }
 
 FAULTS: dict[str, tuple[str, bool, str]] = {

@@ -9,7 +9,10 @@ What is recorded, for each put answered PUT_OK:
 - on a SYNC_MASTER, every established slave stream's `acked` (its last
   accepted report) and `shipped` (where the next range to it starts), and
   `by`: the slave with the highest acked offset that covers the put's end,
-  "" when none does (SYNC_MASTER promises some slave's report covered it).
+  "" when none does (SYNC_MASTER promises some slave's report covered it);
+- in controller mode, the quorum the put waited for: how many slave acks,
+  and whose count (the SyncStateSet's other members under
+  all-ack-in-sync-state-set, any connected slave otherwise).
 
 The answer itself is decided elsewhere (ha/sync_master.py); this only
 says what it was given. chaos/check/evidence.py verifies it after the run.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from store.status import AnsweredPut, Evidence, PutResult, PutStatus, SlaveAck
+from store.status import AnsweredPut, Evidence, PutResult, PutStatus, Quorum, SlaveAck
 
 
 def covering_slave(end: int, acks: Sequence[SlaveAck]) -> str:
@@ -33,9 +36,11 @@ def covering_slave(end: int, acks: Sequence[SlaveAck]) -> str:
 
 
 def with_evidence(results: Sequence[PutResult], *, wrote: int, flushed: int,
-                  acks: Sequence[SlaveAck] | None) -> list[PutResult]:
+                  acks: Sequence[SlaveAck] | None, quorum: Quorum | None = None
+                  ) -> list[PutResult]:
     """`results` with each PUT_OK's evidence; `acks` is None where the mode
-    waits for no slave (ASYNC_MASTER), and then no ack is recorded."""
+    waits for no slave (ASYNC_MASTER), and then no ack is recorded;
+    `quorum`, in controller mode, the acks the put waited for."""
     held = tuple(acks) if acks is not None else ()
     out: list[PutResult] = []
     for r in results:
@@ -43,5 +48,5 @@ def with_evidence(results: Sequence[PutResult], *, wrote: int, flushed: int,
             out.append(r)
             continue
         by = covering_slave(r.end, held) if acks is not None else ""
-        out.append(AnsweredPut(r, Evidence(wrote, flushed, held, by)))
+        out.append(AnsweredPut(r, Evidence(wrote, flushed, held, by, quorum)))
     return out

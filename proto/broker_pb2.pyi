@@ -95,16 +95,28 @@ class SendResult(_message.Message):
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., msg_id: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[PutEvidence, _Mapping]] = ...) -> None: ...
 
 class PutEvidence(_message.Message):
-    __slots__ = ("wrote", "flushed", "acks", "by")
+    __slots__ = ("wrote", "flushed", "acks", "by", "quorum")
     WROTE_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     BY_FIELD_NUMBER: _ClassVar[int]
+    QUORUM_FIELD_NUMBER: _ClassVar[int]
     wrote: int
     flushed: int
     acks: _containers.RepeatedCompositeFieldContainer[SlaveAckPosition]
     by: str
-    def __init__(self, wrote: _Optional[int] = ..., flushed: _Optional[int] = ..., acks: _Optional[_Iterable[_Union[SlaveAckPosition, _Mapping]]] = ..., by: _Optional[str] = ...) -> None: ...
+    quorum: AckQuorum
+    def __init__(self, wrote: _Optional[int] = ..., flushed: _Optional[int] = ..., acks: _Optional[_Iterable[_Union[SlaveAckPosition, _Mapping]]] = ..., by: _Optional[str] = ..., quorum: _Optional[_Union[AckQuorum, _Mapping]] = ...) -> None: ...
+
+class AckQuorum(_message.Message):
+    __slots__ = ("needed", "members", "any_slave")
+    NEEDED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ANY_SLAVE_FIELD_NUMBER: _ClassVar[int]
+    needed: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    any_slave: bool
+    def __init__(self, needed: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., any_slave: _Optional[bool] = ...) -> None: ...
 
 class SlaveAckPosition(_message.Message):
     __slots__ = ("slave", "acked", "shipped")

@@ -63,6 +63,14 @@ class SlaveAck(NamedTuple):
     shipped: int  # where the master's next range to it starts
 
 
+class Quorum(NamedTuple):
+    """The slave acks a controller-mode put waited for: `needed` of them,
+    from `members` (None: from any connected slave)."""
+
+    needed: int
+    members: tuple[str, ...] | None
+
+
 class Evidence(NamedTuple):
     """The positions a node answered a put PUT_OK on (docs/design.md,
     "Evidence"): what the answer relied on, recorded when it was made, so
@@ -73,11 +81,20 @@ class Evidence(NamedTuple):
     flushed: int  # its flushed position
     acks: tuple[SlaveAck, ...] = ()  # each connected slave's (SYNC_MASTER only)
     by: str = ""  # the slave whose ack covered the put; "" when none did
+    # Controller mode: the slave acks the put waited for, as the master's
+    # quorum stood (ha/autoswitch/acks.py): how many, and from which
+    # members (None: any connected slave); None in classic mode.
+    quorum: Quorum | None = None
 
     def as_json(self) -> dict[str, object]:
         """The history's `evidence` field (chaos/schema.py HISTORY)."""
-        return {"wrote": self.wrote, "flushed": self.flushed, "by": self.by,
-                "acks": [a._asdict() for a in self.acks]}
+        out: dict[str, object] = {"wrote": self.wrote, "flushed": self.flushed, "by": self.by,
+                                  "acks": [a._asdict() for a in self.acks]}
+        if self.quorum is not None:
+            members = self.quorum.members
+            out["quorum"] = {"needed": self.quorum.needed,
+                             "members": None if members is None else sorted(members)}
+        return out
 
 
 class PutResult(NamedTuple):

@@ -9,13 +9,18 @@ spans [offset, offset + size)):
 - `held`: the node held the message when it answered (end <= wrote), and
   flushed <= wrote: a node reports no position beyond what it holds;
 - `flush` (flush SYNC_FLUSH): flushed >= end — the flush covered it;
-- `replica` (role SYNC_MASTER, classic mode only: a controller-mode
-  master's quorum depends on its SyncStateSet, not recorded yet): the
-  answer names the slave whose ack covered
-  it (`by`), a node of the run, whose recorded ack reaches end, and that ack
-  is a real report of bytes this master gave it: acked <= shipped to it and
-  acked <= the master's wrote (a report beyond either is one the master
-  should not have believed, apache/rocketmq#3015 and #3349);
+- `replica` (role SYNC_MASTER, classic mode): the answer names the slave
+  whose ack covered it (`by`), a node of the run, whose recorded ack
+  reaches end, and that ack is a real report of bytes this master gave it:
+  acked <= shipped to it and acked <= the master's wrote (a report beyond
+  either is one the master should not have believed, apache/rocketmq#3015
+  and #3349). In controller mode the answer records the quorum it waited
+  for (ha/autoswitch/acks.py: `needed` acks, from the SyncStateSet's other
+  `members` under all-ack, else from any slave): at least `needed` of the
+  recorded acks are from slaves of the run that count, reach end, and are
+  real reports in the same sense. A quorum of none (in-sync-replicas 1, or
+  a set of the master alone) promises no copy, and nothing is checked;
+  whether that lost messages is the promise checkers' question;
 - `backwards`: positions never go back without a recorded cause. For two
   answers A, B of one node where A completed before B was invoked (so A's
   answer was made first), B's wrote, flushed and each slave's acked are at
@@ -75,7 +80,31 @@ def check_answer(row: Mapping[str, Any], role: str, flush: str,
         problem = _replica_problem(ev, end, wrote, nodes)
         if problem:
             out.append(("replica", problem))
+    elif role == "controller" and ev.get("quorum"):
+        problem = _quorum_problem(ev, end, wrote, nodes)
+        if problem:
+            out.append(("replica", problem))
     return out
+
+
+def _quorum_problem(ev: Mapping[str, Any], end: int, wrote: int,
+                    nodes: frozenset[str]) -> str | None:
+    """The controller-mode replica rule (module docstring), or None."""
+    q = ev["quorum"]
+    needed = int(q["needed"])
+    if needed <= 0:
+        return None
+    members = None if q.get("members") is None else {str(m) for m in q["members"]}
+    covering = sorted(
+        str(a["slave"]) for a in ev.get("acks") or ()
+        if str(a["slave"]) in nodes and (members is None or str(a["slave"]) in members)
+        and end <= int(a["acked"]) <= min(int(a["shipped"]), wrote))
+    if len(covering) >= needed:
+        return None
+    whose = "any slave" if members is None else f"members {sorted(members)}"
+    return (f"PUT_OK in controller mode with {len(covering)} of the {needed} acks it waited "
+            f"for ({whose}) covering message end {end} as real reports "
+            f"(covering: {covering or 'none'})")
 
 
 def _replica_problem(ev: Mapping[str, Any], end: int, wrote: int,
@@ -157,9 +186,9 @@ def breaches(params: Mapping[str, Any], history: Iterable[Mapping[str, Any]],
     """Every breach of the run's evidence, in the order of the answers."""
     role, flush = str(params["role"]), str(params["flush"])
     if (params.get("config") or {}).get("ha_mode") == "controller":
-        # A controller-mode master waits for its SyncStateSet's quorum
-        # (ha/autoswitch/acks.py), which the evidence does not record yet:
-        # its replica rule is not judged (held, flush and backwards are).
+        # A controller-mode master waits for its quorum (ha/autoswitch/
+        # acks.py), which each answer's evidence records: the replica rule
+        # is judged against it, not against the role its settings make.
         role = "controller"
     nodes = frozenset(str(n["name"]) for n in params["nodes"])
     faults = list(faults)

@@ -30,7 +30,7 @@ from ha.sync_master import (
 from store.config import FlushMode
 from store.emulate import PLANTED_ACK_BEFORE_FLUSH
 from store.put_path import PutBatch
-from store.status import PutResult, PutStatus, SlaveAck
+from store.status import PutResult, PutStatus, Quorum, SlaveAck
 from store.store import MessageStore
 
 
@@ -127,7 +127,17 @@ class PutAnswer:
         acks = (None if ha is None else acks_seen
                 if acks_seen is not None and replica_status is PutStatus.PUT_OK else ha.acks())
         return with_evidence(answer(results, plan, flush, replica, rules),
-                             wrote=store.log.wrote, flushed=flush.flushed, acks=acks)
+                             wrote=store.log.wrote, flushed=flush.flushed, acks=acks,
+                             quorum=_quorum(self._node.ha_master))
+
+
+def _quorum(ha: HAMaster | None) -> Quorum | None:
+    """Controller mode: the acks a put waits for, as the evidence records
+    them (None in classic mode, where a master has no quorum)."""
+    q = None if ha is None else ha.quorum
+    if q is None:
+        return None
+    return Quorum(q.needed, None if q.members is None else tuple(sorted(q.members)))
 
 
 def _flush_wait(store: MessageStore, end: int, done: Callable[[PutStatus], None]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proto import broker_pb2
 from store.log.record import Message
-from store.status import Evidence, PutResult, PutStatus, SlaveAck
+from store.status import Evidence, PutResult, PutStatus, Quorum, SlaveAck
 
 # What a Message takes on the wire beside its body: topic (up to 127 bytes),
 # properties (RocketMQ caps them at 32 KiB) and protobuf framing, with
@@ -52,6 +52,11 @@ def result_to_pb(r: PutResult) -> broker_pb2.SendResult:
         pb.evidence.wrote, pb.evidence.flushed, pb.evidence.by = ev.wrote, ev.flushed, ev.by
         for a in ev.acks:
             pb.evidence.acks.add(slave=a.slave, acked=a.acked, shipped=a.shipped)
+        if ev.quorum is not None:
+            q = pb.evidence.quorum
+            q.needed = ev.quorum.needed
+            q.any_slave = ev.quorum.members is None
+            q.members.extend(ev.quorum.members or ())
     return pb
 
 
@@ -60,8 +65,13 @@ def evidence_from_pb(pb: broker_pb2.SendResult) -> Evidence | None:
     if not pb.HasField("evidence"):
         return None
     ev = pb.evidence
+    quorum = None
+    if ev.HasField("quorum"):
+        q = ev.quorum
+        quorum = Quorum(q.needed, None if q.any_slave else tuple(q.members))
     return Evidence(ev.wrote, ev.flushed,
-                    tuple(SlaveAck(a.slave, a.acked, a.shipped) for a in ev.acks), ev.by)
+                    tuple(SlaveAck(a.slave, a.acked, a.shipped) for a in ev.acks), ev.by,
+                    quorum)
 
 
 def status_from_pb(value: int) -> PutStatus:

@@ -95,3 +95,45 @@ def test_rows_without_evidence_and_other_statuses_are_not_judged() -> None:
     old = {**_row(0, 0, flushed=0), "evidence": None}
     failed = {**_row(1, 100, flushed=0), "status": "FLUSH_DISK_TIMEOUT"}
     assert _rules([old, failed]) == []
+
+
+def _quorum(row: dict[str, Any], needed: int, members: list[str] | None) -> dict[str, Any]:
+    row["evidence"]["quorum"] = {"needed": needed, "members": members}
+    return row
+
+
+CONTROLLER = {"config": {"ha_mode": "controller"},
+              "nodes": [{"name": "master", "role": "SYNC_MASTER"},
+                        {"name": "slave1", "role": "SLAVE"}, {"name": "slave2", "role": "SLAVE"}]}
+
+
+def test_a_controller_put_ok_needs_the_acks_of_the_quorum_it_recorded() -> None:
+    """Controller mode: the answer names the quorum it waited for; that many
+    acks of counted slaves must cover the message as real reports."""
+    both = (("slave1", 100, 100), ("slave2", 100, 100))
+    ok = _quorum(_row(0, 0, flushed=100, acks=both, by="slave1"), 2, ["slave1", "slave2"])
+    assert _rules([ok], **CONTROLLER) == []
+    # all-ack with two members: one ack short.
+    short = _quorum(_row(0, 0, flushed=100, acks=(("slave1", 100, 100), ("slave2", 60, 100)),
+                         by="slave1"), 2, ["slave1", "slave2"])
+    assert _rules([short], **CONTROLLER) == [("replica", 0)]
+    # An ack from a slave that is not a member does not count.
+    outsider = _quorum(_row(0, 0, flushed=100, acks=both, by="slave2"), 1, ["slave1"])
+    outsider["evidence"]["acks"][0]["acked"] = 40
+    assert _rules([outsider], **CONTROLLER) == [("replica", 0)]
+    # in-sync-replicas 2: any slave's covering report counts ...
+    assert _rules([_quorum(_row(0, 0, flushed=100, acks=both, by="slave2"), 1, None)],
+                  **CONTROLLER) == []
+    # ... but not a report beyond what the master shipped it (#3015).
+    beyond = _quorum(_row(0, 0, flushed=100, acks=(("slave1", 150, 100),), by="slave1"), 1,
+                     None)
+    assert _rules([beyond], **CONTROLLER) == [("replica", 0)]
+
+
+def test_a_controller_quorum_of_none_promises_no_copy_and_is_not_judged() -> None:
+    """in-sync-replicas 1, or a SyncStateSet of the master alone: no ack was
+    waited for, so none is asked of the evidence (the promise checkers judge
+    what such a put lost); classic SYNC_MASTER's rule does not apply."""
+    alone = _quorum(_row(0, 0, flushed=100), 0, [])
+    assert _rules([alone], **CONTROLLER) == []
+    assert _rules([_row(0, 0, flushed=100)], **CONTROLLER) == []

@@ -97,3 +97,25 @@ def test_the_report_counts_the_breach_as_a_violation(
     assert v.loc[planted, "verdict"] == "violation"
     assert "flush" in v.loc[planted, "first_evidence_breaches"]
     assert v.loc[fixed, "evidence_breaches"] == 0 and v.loc[fixed, "verdict"] == "ok"
+
+
+@pytest.mark.parametrize("backend", ["local", "sim"])
+def test_controller_put_oks_record_the_quorum_they_waited_for(
+        tmp_path: Path, backend: str) -> None:
+    """Controller mode with all-ack: each PUT_OK records its quorum (the
+    SyncStateSet's other members) and the checker finds every one covered
+    by their acks."""
+    from ha.config import HAMode
+
+    cfg = RunConfig(scenario=scenarios.get(SCENARIO), role="SYNC_MASTER", flush="SYNC_FLUSH",
+                    seed=5, out_dir=str(tmp_path / backend), backend=backend,
+                    ha_mode=HAMode.CONTROLLER, all_ack_in_sync_state_set=True,
+                    workload=WorkloadConfig(producers=4, rate_per_s=25.0)).validate()
+    run_dir = make_run(cfg).execute()
+    o = run_outcome(run_dir)
+    assert o.acked > 50, o
+    assert o.evidence_breaches == 0, o.evidence_first
+    quorums = [h["evidence"]["quorum"] for h in _put_oks(run_dir)]  # type: ignore[index]
+    assert all(q["needed"] in (0, 1) for q in quorums), quorums[:5]
+    waited = [q for q in quorums if q["needed"] == 1]
+    assert waited and all(q["members"] == ["slave1"] for q in waited), quorums[:5]
