@@ -15,9 +15,15 @@ The switch points say in a comment what the real fix was:
 - rmq-10666 store/log/commitlog.py CommitLog.truncate_to
 - rmq-405   store/store.py _reput_floor and MessageStore._drain_dispatch
 - rmq-epoch-in-place  ha/autoswitch/epoch_file.py EpochFile._write_in_place
-  (RocketMQ 5's epoch file rewritten in place; no upstream issue number.
-  Library only so far: no node keeps an epoch file yet, so a node or run
-  given this switch behaves as without it)
+  (RocketMQ 5's epoch file rewritten in place; no upstream issue number).
+  A controller-mode node keeps its epoch file in its store's root and
+  writes it this way under the switch; a classic-mode node keeps none, so
+  there the switch changes nothing. Under the power crash model a power
+  cut takes those unsynced writes on every backend
+  (store/log/durable_mark.py, "Unsynced files")
+- rmq-5663  cluster/node/replicas_manager.py
+  ReplicasManager._change_sync_state_set (controller mode: the master
+  acknowledges by its old SyncStateSet while a change is on its way)
 
 Planted faults are switches of the same kind that re-introduce no
 RocketMQ bug: defects written on purpose to show that the lab catches a

@@ -46,6 +46,7 @@ from store.emulate import (
     RMQ_5663,
     RMQ_8239,
     RMQ_10666,
+    RMQ_EPOCH_IN_PLACE,
     SWITCHES,
 )
 
@@ -304,6 +305,49 @@ CORPUS: tuple[Bug, ...] = (
         expected="replica_violations",
         verdict="replica promise violated: PUT_OKs of the last moments before the crash "
                 "that the elected member never received",
+    ),
+    Bug(
+        id=RMQ_EPOCH_IN_PLACE,
+        thread="no issue of its own (the in-place write is apache/rocketmq#5905's fix, 5.1.0)",
+        title="The epoch file is rewritten in place and never fsynced: a power cut takes it, "
+              "and the old master rejoins as a new replica that truncates nothing",
+        reintroduces="the broker's epoch file is written as RocketMQ's CheckpointFile.write "
+                     "does through MixAll.string2File: the old contents copied to .bak, the "
+                     "file overwritten in place, neither fsynced, the directory never synced "
+                     "(ha/autoswitch/epoch_file.py EpochFile._write_in_place); a broker whose "
+                     "file and backup are both gone or unreadable starts with no epochs",
+        real_fix="none in RocketMQ as of the corpus (CheckpointFile still writes through "
+                 "string2File, while ConfigManager.persist now forces the file and syncs its "
+                 "directory); here the default write: a temp file, fsynced, renamed over the "
+                 "file, the directory fsynced",
+        scenario="paused-slave-master-crash-failover", role="ASYNC_MASTER",
+        flush="SYNC_FLUSH", ha_mode="controller", slaves=1,
+        # Why the window is hit, on every seed: the master's one write of
+        # its epoch file is its election as the cluster comes up, which
+        # creates the file; with the switch nothing fsyncs it or its
+        # directory, so the power cut that follows (the load starts once the
+        # SyncStateSet is full; the slave is paused 1-2 s in, the master cut
+        # 3-4 s after that: 4-6 s after the write on the sim, 8-14 s on
+        # a loaded machine) takes it (store/log/durable_mark.py, "Unsynced
+        # files"; the sim's disk by itself): the lab's power cut keeps
+        # nothing no fsync covered, directory entries included. (A real file
+        # system writes the data back within about 30 s and commits the
+        # directory entry within seconds; docs/known-bugs.md says what a
+        # later cut leaves and what RocketMQ does then.) The old master then
+        # restarts with no epochs. What it has
+        # that the new master lacks is the 3-4 s of puts it stored and
+        # flushed while its slave was paused (SYNC_FLUSH: on its disk before
+        # PUT_OK, so the power cut keeps them; ASYNC_MASTER: no put waits for
+        # the slave); the paused slave stays in the SyncStateSet (15 s) and
+        # is elected once it heartbeats again. Rejoining as a new replica
+        # the old master cuts nothing: its tail sits at offsets where the
+        # new master stores the producers' retries and new puts. Without
+        # the switch its epoch file [1@0] survives, the last common point
+        # is the new master's start, and it cuts its tail there.
+        workload=WorkloadConfig(producers=4, rate_per_s=50.0),
+        expected="divergent_records",
+        verdict="divergence: the old master keeps the tail it stored while its slave was "
+                "paused, at offsets where the elected master holds other records",
     ),
 )
 

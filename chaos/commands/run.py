@@ -277,7 +277,8 @@ def cmd_bugs(args: argparse.Namespace) -> int:
                       if b.slave_ahead_policy != "reject" else "")
             tuning += f", master {' '.join(b.master_args)}" if b.master_args else ""
             tuning += f", slaves {' '.join(b.slave_args)}" if b.slave_args else ""
-            print(f"  scenario:      {b.scenario} ({b.role} + {b.flush}, ship limit "
+            mode = ", controller mode" if b.ha_mode == "controller" else ""
+            print(f"  scenario:      {b.scenario} ({b.role} + {b.flush}{mode}, ship limit "
                   f"{b.ha_ship_limit}{tuning})")
             print(f"  expected:      {b.verdict} ({b.expected} > 0 with the switch, 0 without)")
         return 0

@@ -389,7 +389,8 @@ class Node:
         assert store is not None
         disk = self.disk or RealDisk()
         self.epochs = EpochFile(disk, os.path.join(self.config.data_dir, EPOCH_FILE_NAME),
-                                failpoints=self.failpoints, emulate=self.config.store.emulate)
+                                failpoints=self.failpoints, emulate=self.config.store.emulate,
+                                mark=store.log.mark)
         if self.epochs.note:
             log.warning("%s", self.epochs.note)
         rejoin_rules.recover(store, self.epochs)

@@ -21,14 +21,24 @@ point leaves the old file or the new one whole: the rename is atomic, and
 the temp file is durable before the rename can be. An open removes a temp
 file a crash left (the old file still stands; that write never happened).
 
-`--emulate rmq-epoch-in-place` writes as RocketMQ does (MixAll.string2File):
-the old contents copied to `<path>.bak`, then the file overwritten in place,
-neither fsynced, the directory never synced; an empty list is not written at
-all (CheckpointFile.write returns early). A kill during the overwrite leaves
-an empty or partial file, a power cut a torn one or none; the read checks
-the count and CRC and falls back to `.bak`, as RocketMQ's read does, and
-when both fail RocketMQ's broker starts with no epochs: a new replica,
-which truncates nothing when it rejoins.
+`--emulate rmq-epoch-in-place` writes as RocketMQ does from 5.1.0 on
+(MixAll.string2File): the old contents copied to `<path>.bak`, then the
+file overwritten in place, neither fsynced, the directory never synced; an
+empty list is not written at all (CheckpointFile.write returns early). A
+kill during the overwrite leaves an empty or partial file, a power cut a
+torn one or none; the read checks the count and CRC and falls back to
+`.bak`, as RocketMQ's read does, and when both fail RocketMQ's broker
+starts with no epochs: a new replica, which truncates nothing when it
+rejoins.
+
+Under the `power` crash model those unsynced writes are lost by a power
+cut on every backend: the simulated disk drops unsynced writes and
+directory entries by itself (store/sim/memory_disk.py), and on a real disk,
+where a SIGKILL leaves them in the page cache, the node records in the
+store's durable mark what the file and its backup held before its first
+in-place write, which the harness's power cut puts back
+(store/log/durable_mark.py, "Unsynced files"). A file created by its
+first, unsynced write is then gone, as on the simulated disk.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from dataclasses import dataclass
 from ha.autoswitch.epochs import EpochEntry, EpochList, problems
 from store.emulate import RMQ_EPOCH_IN_PLACE
 from store.failpoints import DISARMED, Failpoints
+from store.log.durable_mark import DurableMark
 from store.seams.disk import Disk, DiskFile
 
 # RocketMQ's file name under the broker's store root (storePathEpochFile).
@@ -135,11 +146,15 @@ class EpochFile:
     Not thread-safe: its one caller is the broker's HA role switch."""
 
     def __init__(self, disk: Disk, path: str, *, failpoints: Failpoints = DISARMED,
-                 emulate: Collection[str] = ()) -> None:
+                 emulate: Collection[str] = (), mark: DurableMark | None = None) -> None:
         self.disk = disk
         self.path = path
         self.failpoints = failpoints
         self.in_place = RMQ_EPOCH_IN_PLACE in emulate
+        # The store's durable mark under the power crash model (None
+        # otherwise), for the in-place writes no fsync covers; the file must
+        # then be in the store's root.
+        self.mark = mark
         loaded = self._load()
         self.epochs = loaded.epochs
         self.loaded_from = loaded.source
@@ -227,6 +242,7 @@ class EpochFile:
         of the corpus; the default path above is the fix."""
         if not epochs.entries:
             return  # CheckpointFile.write: `if (entries.isEmpty()) return;`
+        self._before_unsynced_write()
         if self.disk.exists(self.path):
             old = self.disk.read_file(self.path)
             _overwrite(self.disk, self.path + BAK_SUFFIX, old)
@@ -238,6 +254,18 @@ class EpochFile:
             _write_all(f, encode(epochs))
         finally:
             f.close()
+
+
+    def _before_unsynced_write(self) -> None:
+        """Under the power crash model, before the first write that no
+        fsync will cover: what the file and its backup hold now goes to the
+        durable mark, for a power cut to put back (module docstring). Now
+        is before any write of them since the open, so it is what the
+        previous run durably left."""
+        if self.mark is None or self.mark.unsynced_recorded:
+            return
+        self.mark.unsynced_files({p: self.disk.read_file(p) if self.disk.exists(p) else None
+                                  for p in (self.path, self.path + BAK_SUFFIX)})
 
 
 def _write_all(f: DiskFile, data: bytes) -> None:

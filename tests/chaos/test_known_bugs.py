@@ -33,7 +33,15 @@ from ha.config import SlaveAheadPolicy
 from ha.session import Accept, Close, MasterSession
 from store.config import TESTING, ConfigError, FlushMode
 from store.consume import consume_side
-from store.emulate import RMQ_405, RMQ_3015, RMQ_3349, RMQ_8239, RMQ_10666, SWITCHES
+from store.emulate import (
+    RMQ_405,
+    RMQ_3015,
+    RMQ_3349,
+    RMQ_8239,
+    RMQ_10666,
+    RMQ_EPOCH_IN_PLACE,
+    SWITCHES,
+)
 from store.failpoints import Failpoints
 from store.log.record import Message
 from store.store import MessageStore
@@ -233,7 +241,7 @@ def test_the_sim_checks_the_bugs_whose_scenario_it_runs() -> None:
     # rmq-8239 and rmq-405 stall a flusher and a dispatch pass (`delay`
     # failpoints), on virtual time there (store/sim/cooperative_executor.py).
     assert SIM_BUGS == ["rmq-3349", "rmq-3349/failover", "rmq-8239", "rmq-2706", "rmq-3015",
-                        "rmq-10666", "rmq-405", "rmq-5663"]
+                        "rmq-10666", "rmq-405", "rmq-5663", "rmq-epoch-in-place"]
     assert "power crash model only" in (bugs.sim_refusal(bugs.get(RMQ_405), "process") or "")
 
 
@@ -346,3 +354,24 @@ def test_bugs_check_on_the_sim_skips_what_it_cannot_run_and_says_why(
         rows = json.load(f)
     assert [(r["bug"], r["caught"], r["false_positives"]) for r in rows] == [
         ("rmq-2706", 1, 0)]
+
+
+def test_rmq_epoch_in_place_the_power_cut_takes_the_old_masters_epochs_so_it_cuts_nothing(
+        tmp_path: str) -> None:
+    """Why rmq-epoch-in-place's scenario catches the bug, pinned on sim seed
+    1: the old master wrote its epoch file once, at its election; with the
+    switch the power cut takes it, the restarted node has no epochs and
+    follows the new master from its own end, keeping its tail; without it
+    the file says [1@0] and the node cuts its log at the new master's start."""
+    fields = {**bugs.get(RMQ_EPOCH_IN_PLACE).run_fields(), "seed": 1, "backend": "sim",
+              "sim_duration_s": 15.0}
+    logs = {}
+    for side, emulate in (("with", (RMQ_EPOCH_IN_PLACE,)), ("without", ())):
+        run_dir = _run({**fields, "emulate": emulate, "out_dir": os.path.join(tmp_path, side)})
+        log = _read(os.path.join(run_dir, "nodes", "master", "node.log"))
+        assert log.count("is the master of epoch") == 1  # its one epoch-file write
+        logs[side] = log.split("epoch file: ")[2]  # from its restart after the power cut
+    assert logs["with"].startswith("no epochs (read from none)")
+    assert "truncating" not in logs["with"]
+    assert logs["without"].startswith("[1@0] (read from main)")
+    assert "truncating to " in logs["without"]

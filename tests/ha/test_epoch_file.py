@@ -5,7 +5,9 @@ disk (a child process killed by the failpoint) and on MemoryDisk (a process
 kill, and a power cut with or without torn writes) — and `--emulate
 rmq-epoch-in-place`, RocketMQ's in-place rewrite, shown to leave a torn or
 empty file that the count/CRC check catches, falling back to `.bak`, and,
-when the backup is torn too, no epochs at all."""
+when the backup is torn too, no epochs at all. Under the power crash model
+on a real disk, the harness's power cut takes the in-place writes as the
+simulated disk's crash does (store/log/durable_mark.py, "Unsynced files")."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from support.epoch_helpers import entries_arg, run_child, run_crashing
 
 from ha.autoswitch.epoch_file import (
     BAK_SUFFIX,
+    FILE_NAME,
     TMP_SUFFIX,
     EpochFile,
     EpochFileCorruptError,
@@ -29,10 +32,13 @@ from ha.autoswitch.epoch_file import (
 )
 from ha.autoswitch.epochs import EpochEntry, EpochList, EpochOrderError
 from ha.autoswitch.rejoin import RejoinKind, decide
+from store.config import TESTING
 from store.emulate import RMQ_EPOCH_IN_PLACE
 from store.failpoints import Failpoints
+from store.log.durable_mark import power_cut, read_unsynced_files
 from store.seams.disk import Disk, RealDisk
 from store.sim.memory_disk import MemoryDisk
+from store.store import MessageStore
 
 E = EpochList.of
 OLD = E((1, 0), (2, 4096), (5, 9000))
@@ -343,3 +349,78 @@ def _write_back(disk: MemoryDisk, *paths: str) -> None:
         f.fsync()
         f.close()
     disk.fsync_dir(ROOT)
+
+
+# ------------------- --emulate rmq-epoch-in-place under the power model, real disk
+def _store_and_file(root: Path, emulate: frozenset[str]) -> tuple[MessageStore, EpochFile]:
+    """A store under the power crash model (the default) with its epoch
+    file in its root, as a controller-mode node keeps them."""
+    store = MessageStore.open(str(root), TESTING)
+    assert store.log.mark is not None
+    return store, EpochFile(RealDisk(), str(root / FILE_NAME), emulate=emulate,
+                            mark=store.log.mark)
+
+
+def _die(store: MessageStore) -> None:
+    """What a SIGKILL leaves of an open store in this process: its files
+    closed without a flush or a close (`abort` and the mark stay), every
+    write it made still in the page cache."""
+    store.log.close()
+    store.queues.close()
+    store._executor.shutdown()
+    store._lock.release()
+
+
+@pytest.mark.parametrize("emulate", [frozenset(), IN_PLACE])
+def test_real_disk_a_power_cut_takes_the_in_place_rewrites_and_keeps_the_safe_ones(
+        tmp_path: Path, emulate: frozenset[str]) -> None:
+    """The file created and rewritten, then the process dies and the
+    harness cuts the power (store/log/durable_mark.py). A SIGKILL alone
+    leaves both writes in the page cache; the cut takes what no fsync
+    covered: in place, the file and its backup, so the next open has no
+    epochs (a new replica). Written crash-safely, the list stands."""
+    root = tmp_path / "s"
+    store, f = _store_and_file(root, emulate)
+    f.replace(OLD)
+    f.replace(NEW)
+    _die(store)
+    main, bak = root / FILE_NAME, root / f"{FILE_NAME}{BAK_SUFFIX}"
+    assert main.read_bytes() == encode(NEW)  # the page cache's copy, before the cut
+    assert bak.exists() == bool(emulate)
+    cut = power_cut(str(root))
+    assert cut.applied
+    got = _file(RealDisk(), str(main), emulate)
+    if emulate:
+        assert cut.files_removed == (FILE_NAME, f"{FILE_NAME}{BAK_SUFFIX}")
+        assert cut.describe().endswith(f"{FILE_NAME}, {FILE_NAME}{BAK_SUFFIX} removed "
+                                       "(created by writes without an fsync)")
+        assert not main.exists() and not bak.exists()
+        assert (got.epochs, got.loaded_from) == (EpochList(), "none")
+    else:
+        assert cut.files_restored == cut.files_removed == ()
+        assert (got.epochs, got.loaded_from) == (NEW, "main")
+
+
+def test_real_disk_a_power_cut_puts_the_in_place_files_back_as_the_open_found_them(
+        tmp_path: Path) -> None:
+    """What the node recorded before its first unsynced write of this life
+    is what the cut restores, byte for byte: here the previous life's files,
+    left by a clean close. The next open starts a fresh record."""
+    root = tmp_path / "s"
+    store, f = _store_and_file(root, IN_PLACE)
+    f.replace(E((1, 0)))
+    f.replace(OLD)  # the file OLD, its backup [1@0]
+    store.close_sync()
+    store, f = _store_and_file(root, IN_PLACE)
+    assert f.epochs == OLD and read_unsynced_files(str(root)) is None  # nothing written yet
+    f.replace(NEW)  # the file NEW, its backup OLD, neither fsynced
+    assert read_unsynced_files(str(root)) == {FILE_NAME: encode(OLD),
+                                              f"{FILE_NAME}{BAK_SUFFIX}": encode(E((1, 0)))}
+    _die(store)
+    assert power_cut(str(root)).files_restored == (FILE_NAME, f"{FILE_NAME}{BAK_SUFFIX}")
+    assert (root / FILE_NAME).read_bytes() == encode(OLD)
+    assert (root / f"{FILE_NAME}{BAK_SUFFIX}").read_bytes() == encode(E((1, 0)))
+    store, f = _store_and_file(root, IN_PLACE)
+    assert (f.epochs, f.loaded_from) == (OLD, "main")
+    assert read_unsynced_files(str(root)) is None
+    store.close_sync()
