@@ -71,8 +71,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="every node re-introduces this known RocketMQ bug (repeatable; "
                         "see `dlab chaos bugs`; default: none)")
-    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; --backend "
-                             "local or sim)")
+    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; every "
+                             "backend)")
     c.add_argument("--ha-mode", choices=("classic", "controller"), default="classic",
                    help="classic (default): the role is fixed, failover is by hand (the "
                    "scenarios' promote); controller: a controller elects the master from the "
@@ -194,9 +194,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     bad = [v for v in ha_modes if v not in ("classic", "controller")]
     if bad:
         raise UserError(f"unknown HA mode {', '.join(bad)}; choose from classic, controller")
-    if "controller" in ha_modes and args.backend == "compose":
-        raise UserError("--ha-modes controller runs on --backend local or sim so far (the "
-                        "compose backend does not start a controller yet)")
     cfg = MatrixConfig(out_dir=args.out, scenarios=names, runs=runs, base_seed=args.seed,
                        roles=args.roles, flushes=args.flushes, template=template,
                        corruption_policies=policies, ha_modes=ha_modes)

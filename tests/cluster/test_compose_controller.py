@@ -207,16 +207,16 @@ def test_a_killed_master_container_is_replaced_by_the_controllers_election(cdir:
     assert {o.status for o in before} == {"PUT_OK"}, [o.detail for o in before]
     assert {o.node for o in before} == {addresses["master"]}
 
+    killed_ms = time.time_ns() // 1_000_000
     subprocess.run(["docker", "kill", f"{project}-master"], check=True, capture_output=True,
                    timeout=60)
-    killed_at = time.monotonic()
     elected = wait_until(lambda: route(d)["master"] not in ("master", None)
                          and route(d)["master"],
                          timeout_s=HEARTBEAT_TIMEOUT_MS / 1000 + MARGIN_S,
                          what="the controller's election published in route.json")
-    took_s = time.monotonic() - killed_at
     assert elected in ("slave1", "slave2")
-    assert took_s >= HEARTBEAT_TIMEOUT_MS / 1000 - 1.5, took_s  # not before it could know
+    # Elected after the kill, not by a false deposition of a live master.
+    assert int(route(d)["since_ms"]) >= killed_ms  # type: ignore[call-overload]
     assert route(d)["address"] == addresses[str(elected)]
     assert route(d)["epoch"] == 2
     rows = status(d)
