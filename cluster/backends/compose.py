@@ -6,7 +6,10 @@ faults.
 Layout of DIR (as cluster/backends/interface.py fixes it, plus `compose.yml`):
 cluster.json, token (0600), compose.yml (generated; `docker-compose -f
 DIR/compose.yml -p PROJECT ps` works on it by hand), nodes/NAME/data (the
-store, bind-mounted) and nodes/NAME/node.log (the node's --log-file).
+store, bind-mounted) and nodes/NAME/node.log (the node's --log-file); in
+controller mode also controller/ (the controller's state) and
+controller.log, written by the controller's container (see "controller
+mode" below).
 
 Networks. Two per cluster, so that cutting replication leaves the harness's
 view intact:
