@@ -178,9 +178,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         template["workload"] = WorkloadConfig(producers=args.producers, rate_per_s=args.rate,
                                               retries=args.retries)
     ha_modes = args.ha_modes or [args.ha_mode]
-    if "controller" in ha_modes and args.backend == "compose":
-        raise UserError("--ha-modes controller runs on --backend local or sim so far (the "
-                        "compose backend does not start a controller yet)")
     cfg = MatrixConfig(out_dir=args.out, scenarios=names, runs=runs, base_seed=args.seed,
                        roles=args.roles, flushes=args.flushes, template=template,
                        corruption_policies=policies, ha_modes=ha_modes)

@@ -160,9 +160,6 @@ class RunConfig:
                 f"in controller mode the role follows the ack settings: they make "
                 f"{self.controller_role}, not {self.role} (--all-ack-in-sync-state-set or "
                 "--in-sync-replicas above 1 wait for a slave: SYNC_MASTER)")
-        if self.ha_mode is HAMode.CONTROLLER and self.backend is Backend.COMPOSE:
-            raise ValueError("--ha-mode controller runs on --backend local or sim so far (the "
-                             "compose backend does not start a controller yet)")
         if not 1 <= self.min_in_sync_replicas <= self.slaves + 1 or not (
                 1 <= self.in_sync_replicas <= self.slaves + 1):
             raise ValueError(f"--in-sync-replicas and --min-in-sync-replicas count copies, "

@@ -21,7 +21,7 @@ node; after the settle, with the load over, it is (re)started if down and
 drained before the nodes stop, so what the master holds and no consumer got
 is measured against a consumer that had every chance to get it.
 
-In controller mode (local backend only) the backend also runs the
+In controller mode (local and compose backends) the backend also runs the
 controller (LOCAL_CONTROLLER's timings): a promote step waits for its
 election instead of promoting, a rejoin starts the node, and the end waits
 for one elected master before starting the nodes that are down, as on the

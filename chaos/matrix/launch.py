@@ -49,8 +49,8 @@ def controller_options(p: argparse.ArgumentParser, *, ha_modes: bool) -> None:
     """--ha-mode (and with `ha_modes`, a matrix's --ha-modes) and
     controller mode's ack settings, RocketMQ's defaults, on every command
     that starts runs; controller_fields reads them back."""
-    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; --backend "
-                             "local or sim)")
+    c = p.add_argument_group("controller mode (RocketMQ 5's automatic failover; every "
+                             "backend)")
     c.add_argument("--ha-mode", choices=HA_MODES, default="classic",
                    help="classic (default): the role is fixed, failover is by hand (the "
                    "scenarios' promote); controller: a controller elects the master from the "

@@ -6,7 +6,10 @@ faults.
 Layout of DIR (as cluster/backends/interface.py fixes it, plus `compose.yml`):
 cluster.json, token (0600), compose.yml (generated; `docker-compose -f
 DIR/compose.yml -p PROJECT ps` works on it by hand), nodes/NAME/data (the
-store, bind-mounted) and nodes/NAME/node.log (the node's --log-file).
+store, bind-mounted) and nodes/NAME/node.log (the node's --log-file); in
+controller mode also controller/ (the controller's state) and
+controller.log, written by the controller's container (see "controller
+mode" below).
 
 Networks. Two per cluster, so that cutting replication leaves the harness's
 view intact:
@@ -43,14 +46,15 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
+from cluster.backends.controller_mode import ControllerSteps, check_controller_spec
 from cluster.backends.dir_files import replace_no_link, write_token
 from cluster.backends.docker_engine import EngineUnavailableError, connect
 from cluster.backends.failover import Promotion, decide_promote, refuse_lost
-from cluster.backends.failover_steps import FailoverSteps
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
     ClusterSpec,
+    ControllerSpec,
     NodeInfo,
     NodeSpec,
     NodeState,
@@ -84,14 +88,25 @@ HOST = "127.0.0.1"
 # Inside the container: the node's directory (data + log) and the token.
 NODE_MOUNT = "/node"
 TOKEN_MOUNT = "/run/dlab/token"
-# The container's health check: the node's gRPC health service, as the
-# backend itself checks it from the host. Exit 0 only when SERVING.
-HEALTH_PROBE = (
-    "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; "
-    f"c = grpc.insecure_channel('127.0.0.1:{NODE_PORT}'); "
-    "r = g.HealthStub(c).Check(h.HealthCheckRequest(), timeout=2); "
-    "sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
-)
+# Controller mode: the controller's service (and so its name on the
+# cluster's networks, where nodes reach it) and its port inside its container;
+# the cluster directory is bind-mounted at CLUSTER_MOUNT there (its state in
+# controller/, its log controller.log, the route it publishes route.json).
+CONTROLLER = "controller"
+CONTROLLER_PORT = 9876
+CLUSTER_MOUNT = "/cluster"
+
+
+def health_probe(port: int) -> str:
+    """A container's health check: the gRPC health service of the node (or
+    the controller) inside it, as the backend itself checks it from the
+    host. Exit 0 only when SERVING."""
+    return (
+        "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; "
+        f"c = grpc.insecure_channel('127.0.0.1:{port}'); "
+        "r = g.HealthStub(c).Check(h.HealthCheckRequest(), timeout=2); "
+        "sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
+    )
 
 
 # --- pure: the compose document ----------------------------------------------
@@ -104,44 +119,71 @@ def project_name(directory: str) -> str:
 
 
 def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = (),
-                 slaves: tuple[str, ...] = ()) -> list[str]:
-    """What the container runs after the image's `dlab` entrypoint."""
+                 slaves: tuple[str, ...] = (), controller: str | None = None,
+                 advertise: str | None = None) -> list[str]:
+    """What the container runs after the image's `dlab` entrypoint. A
+    classic slave follows `repl-master`; in controller mode (`controller`
+    given) the node follows whom the controller names, and gives it
+    `advertise`, the address its peers reach it at."""
     spec = dataclasses.replace(ns, failpoints=failpoints)
     master = f"{MASTER_ALIAS}:{NODE_PORT}" if ns.role == Role.SLAVE else None
     return ["node", *spec.node_args(data_dir=f"{NODE_MOUNT}/data",
                                     listen=f"0.0.0.0:{NODE_PORT}", master=master,
                                     token_file=TOKEN_MOUNT,
                                     refusal_file=f"{NODE_MOUNT}/{REFUSAL_FILE}",
-                                    repair_from=repair_from, slaves=slaves),
+                                    repair_from=repair_from, slaves=slaves,
+                                    controller=controller, advertise=advertise),
             "--log-file", f"{NODE_MOUNT}/node.log"]
 
 
+def controller_command(controller: dict[str, Any], nodes: dict[str, dict[str, Any]]
+                       ) -> list[str]:
+    """What the controller's container runs after `dlab`: its state and log
+    in the bind-mounted cluster directory, the route published there, each
+    node named in it at its published port on the host (clients run there;
+    the nodes heartbeat with their service names, which only the cluster's
+    networks resolve)."""
+    settings = ControllerSpec(**controller["settings"])
+    return ["controller", "run", "--dir", f"{CLUSTER_MOUNT}/controller",
+            "--token-file", TOKEN_MOUNT, "--listen", f"0.0.0.0:{CONTROLLER_PORT}",
+            "--publish-route", CLUSTER_MOUNT, *settings.args(),
+            *(arg for name, n in nodes.items()
+              for arg in ("--route-address", f"{name}={n['address']}")),
+            "--log-file", f"{CLUSTER_MOUNT}/controller.log"]
+
+
 def compose_document(*, project: str, directory: str, image: str, master: str,
-                     nodes: dict[str, dict[str, Any]], user: str) -> dict[str, Any]:
-    """The compose file for one master and its slaves. `nodes` is
+                     nodes: dict[str, dict[str, Any]], user: str,
+                     controller: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compose file for one master and its slaves, and in controller
+    mode (`controller`: cluster.json's entry) the controller. `nodes` is
     cluster.json's: per node its spec, host port and failpoints. JSON is
     YAML, so the document is written as JSON: no YAML library needed."""
     services: dict[str, Any] = {}
     for name, n in nodes.items():
         ns = spec_from_dict(n["spec"])
-        repl: dict[str, Any] = {"aliases": [MASTER_ALIAS]} if name == master else {}
-        services[name] = {
-            "image": image,
-            "container_name": f"{project}-{name}",
-            "command": node_command(
+        if controller is not None:
+            # Any node may be elected: every other is its peer to repair
+            # from and a slave it counts in its HA stream limit.
+            repl: dict[str, Any] = {}
+            command = node_command(
+                ns, failpoints=n["failpoints"],
+                repair_from=tuple(f"{k}:{NODE_PORT}" for k in nodes if k != name),
+                slaves=tuple(k for k in nodes if k != name),
+                controller=f"{CONTROLLER}:{CONTROLLER_PORT}", advertise=f"{name}:{NODE_PORT}")
+        else:
+            repl = {"aliases": [MASTER_ALIAS]} if name == master else {}
+            command = node_command(
                 ns, failpoints=n["failpoints"],
                 # A master repairs from its slaves, by service name on the
                 # replication network.
                 repair_from=tuple(f"{k}:{NODE_PORT}" for k in nodes if k != master)
                 if name == master else (),
                 # and counts them in its HA stream limit (ha/config.py).
-                slaves=tuple(k for k in nodes if k != master) if name == master else ()),
-            "user": user,
-            # docker-init is PID 1 and forwards SIGTERM: the node must not be PID 1,
-            # which the kernel shields from its own SIGKILL (a crash failpoint).
-            "init": True,
-            "restart": "no",
-            "stop_grace_period": f"{STOP_TIMEOUT_S}s",
+                slaves=tuple(k for k in nodes if k != master) if name == master else ())
+        services[name] = {
+            **_container_basics(project, name, image, user),
+            "command": command,
             "environment": {"PYTHONUNBUFFERED": "1", **MALLOC_ENV},
             "volumes": [
                 {"type": "bind", "source": os.path.join(directory, "nodes", name),
@@ -151,14 +193,48 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
             ],
             "ports": [f"{HOST}:{n['port']}:{NODE_PORT}"],
             "networks": {"client": {}, "repl": repl},
-            "healthcheck": {"test": ["CMD", "python3", "-c", HEALTH_PROBE],
+            "healthcheck": {"test": ["CMD", "python3", "-c", health_probe(NODE_PORT)],
                             "interval": "2s", "timeout": "5s", "retries": 3},
             "labels": {"durability-lab.node": name, "durability-lab.cluster-dir": directory},
+        }
+    if controller is not None:
+        services[CONTROLLER] = {
+            **_container_basics(project, CONTROLLER, image, user),
+            "command": controller_command(controller, nodes),
+            "environment": {"PYTHONUNBUFFERED": "1"},
+            # Its state must outlive the container (a controller that forgot
+            # its master epoch hands out epochs brokers have seen): on the
+            # host, in DIR/controller, as the local backend keeps it.
+            "volumes": [
+                {"type": "bind", "source": directory, "target": CLUSTER_MOUNT},
+                {"type": "bind", "source": os.path.join(directory, "token"),
+                 "target": TOKEN_MOUNT, "read_only": True},
+            ],
+            "ports": [f"{HOST}:{controller['port']}:{CONTROLLER_PORT}"],
+            "networks": {"client": {}, "repl": {}},
+            "healthcheck": {"test": ["CMD", "python3", "-c", health_probe(CONTROLLER_PORT)],
+                            "interval": "2s", "timeout": "5s", "retries": 3},
+            "labels": {"durability-lab.controller": "1",
+                       "durability-lab.cluster-dir": directory},
         }
     return {
         "services": services,
         "networks": {"client": {"name": f"{project}-client"},
                      "repl": {"name": f"{project}-repl"}},
+    }
+
+
+def _container_basics(project: str, name: str, image: str, user: str) -> dict[str, Any]:
+    """What every container of the cluster has alike."""
+    return {
+        "image": image,
+        "container_name": f"{project}-{name}",
+        "user": user,
+        # docker-init is PID 1 and forwards SIGTERM: the process must not be
+        # PID 1, which the kernel shields from its own SIGKILL (a crash failpoint).
+        "init": True,
+        "restart": "no",
+        "stop_grace_period": f"{STOP_TIMEOUT_S}s",
     }
 
 
@@ -182,7 +258,7 @@ def compose_command() -> list[str]:
                        "one (e.g. the docker-compose package) to use --backend compose")
 
 
-class ComposeBackend(FailoverSteps):
+class ComposeBackend(ControllerSteps):
     name = "compose"
 
     def __init__(self, directory: str | None = None, *, image: str | None = None,
@@ -213,7 +289,8 @@ class ComposeBackend(FailoverSteps):
     def _write_compose_file(self, state: dict[str, Any]) -> None:
         doc = compose_document(project=state["project"], directory=self._dir(),
                                image=state["image"], master=state["master"],
-                               nodes=state["nodes"], user=state["user"])
+                               nodes=state["nodes"], user=state["user"],
+                               controller=state.get("controller"))
         tmp = self._path(COMPOSE_FILE + ".tmp")
         with open(replace_no_link(tmp), "w") as f:
             f.write("# Generated by durability-lab's compose backend "
@@ -289,36 +366,45 @@ class ComposeBackend(FailoverSteps):
             if s.role != Role.SLAVE:
                 raise BackendError(f"slave {s.name} must have role SLAVE, not {s.role.value}")
         if spec.controller_mode:
-            raise BackendError("--ha-mode controller runs on the local backend (and the sim) "
-                               "so far; the compose backend does not start a controller yet")
+            check_controller_spec(spec)
+            if CONTROLLER in names:
+                raise BackendError(f"in controller mode no node may be called {CONTROLLER!r}: "
+                                   "that is the controller's service")
         self._docker()
         self._ensure_image()
         with self._locked(create=True):
             project = project_name(self._dir())
             if os.path.exists(self._path(STATE_FILE)):
                 old = self._load()
-                alive = [n for n in old["nodes"] if self._container(old, n) is not None]
+                alive = [n for n in [*old["nodes"], *([CONTROLLER] if old.get("controller")
+                                                      else [])]
+                         if self._container(old, n) is not None]
                 if alive:
                     raise BackendError(
                         f"a cluster is already up in {self._dir()} ({', '.join(alive)}); run "
                         f"`dlab cluster down --dir {self._dir()}` first")
             write_token(self._path("token"), token)
-            ports = free_ports(len(spec.nodes))
+            ports = free_ports(len(spec.nodes) + (1 if spec.controller_mode else 0))
             state: dict[str, Any] = {
                 "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
                 "project": project, "image": self.image, "compose": compose_command(),
                 "user": f"{os.getuid()}:{os.getgid()}",
                 "started_ms": time.time_ns() // 1_000_000, "nodes": {}, "proxies": {},
             }
-            state["route"] = {"master": spec.master.name, "since_ms": state["started_ms"],
-                              "epoch": 1}
-            for port, ns in zip(ports, spec.nodes, strict=True):
+            for port, ns in zip(ports[:len(spec.nodes)], spec.nodes, strict=True):
                 os.makedirs(self._path("nodes", ns.name, "data"), exist_ok=True)
                 state["nodes"][ns.name] = {
                     "spec": spec_to_dict(ns), "port": port, "address": f"{HOST}:{port}",
                     "failpoints": ns.failpoints, "created_failpoints": ns.failpoints,
                     "partitioned": False, "starts": 1,
                 }
+            if spec.controller_mode:
+                ctl = spec.controller or ControllerSpec()
+                state["controller"] = {"port": ports[-1], "address": f"{HOST}:{ports[-1]}",
+                                       "starts": 0, "settings": dataclasses.asdict(ctl)}
+                return self._up_controller_mode(state, spec, time.monotonic() + timeout_s)
+            state["route"] = {"master": spec.master.name, "since_ms": state["started_ms"],
+                              "epoch": 1}
             self._save(state)
             self._publish_route(state)
             self._write_compose_file(state)
@@ -342,15 +428,85 @@ class ComposeBackend(FailoverSteps):
                 raise
             return [self._info(state, n) for n in state["nodes"]]
 
-    def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
-        def exit_output() -> str | None:
-            container = self._container(state, name)
-            if container is None or container.status in ("exited", "dead"):
-                return f"its output: {self._logs_tail(container)}"
-            return None
+    # ------------------------------------------------------ controller mode
+    # One more container, `controller`, runs `dlab controller run` from the
+    # node image (cluster/backends/controller_mode.py has the steps every
+    # backend shares): the cluster directory bind-mounted, so its state
+    # (DIR/controller) outlives the container and the route it publishes is
+    # DIR/route.json on the host; its port published on 127.0.0.1 as the
+    # nodes' are. The nodes reach it, and each other, by service name on the
+    # cluster's networks (no `repl-master` alias: a slave follows whichever
+    # node the controller names, at the address that node heartbeats with,
+    # NAME:7000), while the route names each node's published port, where
+    # clients on the host reach it (--route-address).
+    def _up_controller_mode(self, state: dict[str, Any], spec: ClusterSpec,
+                            deadline: float) -> list[NodeInfo]:
+        os.makedirs(self._path("controller"), exist_ok=True)
+        # A route left by an earlier cluster in DIR names its addresses.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(ROUTE_FILE))
+        self._save(state)
+        self._write_compose_file(state)
+        try:
+            self._compose(state, "up", "--detach", "--no-build", CONTROLLER)
+            state["controller"]["starts"] += 1
+            self._save(state)
+            self._wait_controller_serving(state, deadline,
+                                          exited=lambda: self._exit_output(state, CONTROLLER))
+            # The first broker to ask is elected (a new broker set's first
+            # master): the spec's master starts alone and asks first.
+            self._compose(state, "up", "--detach", "--no-build", spec.master.name)
+            self._wait_healthy(state, spec.master.name, deadline)
+            self._wait_controller_master(state, deadline)
+            if spec.slaves:
+                self._compose(state, "up", "--detach", "--no-build",
+                              *(ns.name for ns in spec.slaves))
+                for ns in spec.slaves:
+                    self._wait_healthy(state, ns.name, deadline)
+            state["master"] = self._wait_route_master(deadline)
+            self._save(state)
+            self._wait_replicating(state, deadline)
+        except NodeRefusedError as exc:  # the cluster stays for `cluster start`
+            self._save(state)
+            raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
+        except BaseException:
+            with contextlib.suppress(BackendError):
+                self._down_locked(state)
+            raise
+        return [self._info(state, n) for n in state["nodes"]]
 
+    def controller(self) -> dict[str, Any] | None:
+        """The controller of a controller-mode cluster (address, container,
+        running or not, its settings), None in classic mode."""
+        with self._locked():
+            state = self._load()
+        c = state.get("controller")
+        if c is None:
+            return None
+        container = self._container(state, CONTROLLER)
+        status = container.status if container is not None else "gone"
+        return {"address": c["address"],
+                "state": status if status in ("running", "paused") else "stopped",
+                "pid": None, "container": f"{state['project']}-{CONTROLLER}",
+                "container_status": status, "starts": c["starts"],
+                "state_dir": self._path("controller"), "log": self._path("controller.log"),
+                **c["settings"]}
+
+    def _start_node(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        self._start_locked(state, name, self._container(state, name),
+                           max(0.0, deadline - time.monotonic()))
+
+    def _exit_output(self, state: dict[str, Any], name: str) -> str | None:
+        """None while container `name` runs; else the tail of its output."""
+        container = self._container(state, name)
+        if container is None or container.status in ("exited", "dead"):
+            return f"its output: {self._logs_tail(container)}"
+        return None
+
+    def _wait_healthy(self, state: dict[str, Any], name: str, deadline: float) -> None:
         self._wait_serving(
-            name, state["nodes"][name]["address"], deadline, exit_output=exit_output,
+            name, state["nodes"][name]["address"], deadline,
+            exit_output=lambda: self._exit_output(state, name),
             see=f"{self._path('nodes', name, 'node.log')} and "
                 f"`docker logs {state['project']}-{name}`")
 
@@ -426,7 +582,8 @@ class ComposeBackend(FailoverSteps):
         container.stop(timeout=STOP_TIMEOUT_S)
         code = self._wait_exited(container, name, 10)
         if code == 137:
-            raise BackendError(f"node {name} did not shut down within {STOP_TIMEOUT_S} s of "
+            what = "the controller" if name == CONTROLLER else f"node {name}"
+            raise BackendError(f"{what} did not shut down within {STOP_TIMEOUT_S} s of "
                                "SIGTERM and was killed")
 
     def start(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
@@ -483,6 +640,7 @@ class ComposeBackend(FailoverSteps):
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
         check_name(state, a)
         check_name(state, b)
+        self._refuse_links(state)
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -669,6 +827,12 @@ class ComposeBackend(FailoverSteps):
                 except BackendError as exc:
                     errors.append(str(exc))
             self._power_cut(state, name)  # one that had died, or would not stop
+        container = self._container(state, CONTROLLER) if state.get("controller") else None
+        if container is not None and container.status in ("running", "paused"):
+            try:
+                self._stop_container(container, CONTROLLER)
+            except BackendError as exc:
+                errors.append(str(exc))
         try:
             self._compose(state, "down", "--volumes", "--remove-orphans",
                           "--timeout", str(STOP_TIMEOUT_S))

@@ -82,12 +82,15 @@ class NodeSpec:
 
     def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str,
                   refusal_file: str | None = None, repair_from: tuple[str, ...] = (),
-                  slaves: tuple[str, ...] = (), controller: str | None = None) -> list[str]:
+                  slaves: tuple[str, ...] = (), controller: str | None = None,
+                  advertise: str | None = None) -> list[str]:
         """Arguments after `dlab node` (no secrets on the command line: the
         token is read from a file). `refusal_file`: where the node says why
         it refused to start; `repair_from`: replicas a master repairs from;
         `slaves`: a master's slaves by name (its stream limit counts them,
-        ha/config.py)."""
+        ha/config.py); `controller`, `advertise` (controller mode): the
+        controller's address, and the node's own as the controller and its
+        peers reach it when that is not `listen`."""
         args = [
             "--name", self.name,
             "--role", self.role.value,
@@ -107,6 +110,8 @@ class NodeSpec:
                      "--min-in-sync-replicas", str(self.min_in_sync_replicas)]
             if self.all_ack_in_sync_state_set:
                 args += ["--all-ack-in-sync-state-set"]
+            if advertise:
+                args += ["--advertise", advertise]
         elif master:
             args += ["--master", master]
         if self.failpoints:

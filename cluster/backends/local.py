@@ -29,9 +29,7 @@ import sys
 import time
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from cluster.backends.controller_mode import ControllerSteps, check_controller_spec
 from cluster.backends.dir_files import append_no_link, write_token
 from cluster.backends.failover import (
     Promotion,
@@ -40,7 +38,6 @@ from cluster.backends.failover import (
     refuse_lost,
     route_of,
 )
-from cluster.backends.failover_steps import FailoverSteps
 from cluster.backends.interface import (
     REFUSAL_FILE,
     BackendError,
@@ -59,10 +56,8 @@ from cluster.backends.state_dir import (
     check_name,
 )
 from cluster.node.role import Role
-from cluster.node.route import ROUTE_FILE, RouteError, read_route
+from cluster.node.route import ROUTE_FILE
 from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
-from ha.credentials import token_metadata
-from proto import broker_pb2, broker_pb2_grpc, controller_pb2
 from store.config import CorruptionPolicy, CrashModel, FlushMode
 
 HOST = "127.0.0.1"
@@ -93,7 +88,7 @@ def spec_from_dict(d: dict[str, Any]) -> NodeSpec:
     return NodeSpec(**d)
 
 
-class LocalBackend(FailoverSteps):
+class LocalBackend(ControllerSteps):
     name = "local"
 
     def __init__(self, directory: str | None = None, *, python: str | None = None) -> None:
@@ -187,8 +182,7 @@ class LocalBackend(FailoverSteps):
     # a slave follows whichever address the controller names).
     def _up_controller_mode(self, spec: ClusterSpec, deadline: float) -> list[NodeInfo]:
         ctl = spec.controller or ControllerSpec()
-        if any(ns.ha_mode is not spec.master.ha_mode for ns in spec.nodes):
-            raise BackendError("controller mode: every node must have --ha-mode controller")
+        check_controller_spec(spec)
         ports = free_ports(len(spec.nodes) + 1)
         started = time.time_ns() // 1_000_000
         state: dict[str, Any] = {
@@ -218,7 +212,7 @@ class LocalBackend(FailoverSteps):
             self._save(state)
             for ns in spec.slaves:
                 self._wait_healthy(state, ns.name, deadline)
-            state["master"] = self._wait_route_master(state, deadline)
+            state["master"] = self._wait_route_master(deadline)
             self._save(state)
             self._wait_replicating(state, deadline)
         except NodeRefusedError as exc:
@@ -253,79 +247,10 @@ class LocalBackend(FailoverSteps):
         proc = self._children.spawn(cmd, log_path=log_path, env=node_env())
         c["pid"], c["start_time"] = proc.pid, proc.start_time
         c["starts"] += 1
-        with grpc.insecure_channel(c["address"]) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if self._children.state(proc) == "gone":
-                    raise BackendError(f"the controller exited at start; its log says: "
-                                       f"{_tail(log_path)}")
-                with contextlib.suppress(grpc.RpcError):
-                    if stub.Check(health_pb2.HealthCheckRequest(service=CONTROLLER_SERVICE),
-                                  timeout=0.5).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        return
-                if time.monotonic() > deadline:
-                    raise BackendError(f"the controller did not serve at {c['address']} in "
-                                       f"time; see {log_path}")
-                time.sleep(0.05)
-
-    def _controller_client(self, state: dict[str, Any]) -> Any:
-        from cluster.controller.client import ControllerClient
-
-        return ControllerClient(state["controller"]["address"], self.token(), timeout_s=2.0)
-
-    def sync_state_set(self) -> set[str]:
-        """Controller mode: the names in the controller's SyncStateSet now
-        (empty when it has none or cannot be asked)."""
-        state = self._load()
-        if not state.get("controller"):
-            return set()
-        try:
-            with self._controller_client(state) as client:
-                meta = client.metadata()
-        except grpc.RpcError:
-            return set()
-        members = set(meta.replica_info.sync_state_set)
-        return {m.name for m in meta.members if m.broker_id in members}
-
-    def _wait_controller_master(self, state: dict[str, Any], deadline: float) -> None:
-        """Until the controller holds a master (the first node's election)."""
-        last = "no answer yet"
-        with self._controller_client(state) as client:
-            while True:
-                try:
-                    if client.replica_info().replica_info.master_id:
-                        return
-                    last = "no master elected"
-                except grpc.RpcError as exc:
-                    last = f"{exc.code().name} {exc.details()}"
-                if time.monotonic() > deadline:
-                    raise BackendError(
-                        f"the controller elected no master in time ({last}); see "
-                        f"{self._path('controller.log')} and "
-                        f"{self._path('nodes', state['master'], 'node.log')}")
-                time.sleep(0.05)
-
-    def _wait_route_master(self, state: dict[str, Any], deadline: float) -> str:
-        """Until route.json names a master that serves as one; its name."""
-        metadata = token_metadata(self.token())
-        last = "no route published"
-        while True:
-            with contextlib.suppress(RouteError):
-                route = read_route(self._dir())
-                last = f"the route names {route.master or 'no master'}"
-                if route.master is not None and route.address is not None:
-                    with grpc.insecure_channel(route.address) as channel, \
-                            contextlib.suppress(grpc.RpcError):
-                        st = broker_pb2_grpc.BrokerStub(channel).Status(
-                            broker_pb2.StatusRequest(), timeout=2.0, metadata=metadata)
-                        if st.role != Role.SLAVE.value:
-                            return route.master
-                        last += f", which is still a {st.role}"
-            if time.monotonic() > deadline:
-                raise BackendError(f"no elected master serves in time ({last}); see "
-                                   f"{self._path('controller.log')}")
-            time.sleep(0.05)
+        self._wait_controller_serving(
+            state, deadline,
+            exited=lambda: (f"its log says: {_tail(log_path)}"
+                            if self._children.state(proc) == "gone" else None))
 
     def controller(self) -> dict[str, Any] | None:
         """The controller of a controller-mode cluster (address, pid,
@@ -505,10 +430,7 @@ class LocalBackend(FailoverSteps):
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
         check_name(state, a)
         check_name(state, b)
-        if state.get("controller"):
-            raise BackendError("a controller-mode cluster has no link proxies (a slave "
-                               "reaches whichever master the controller names directly): "
-                               "partition and heal are for classic mode so far")
+        self._refuse_links(state)
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -547,11 +469,6 @@ class LocalBackend(FailoverSteps):
     def _plan_promotion(self, state: dict[str, Any], name: str, *, running: set[str],
                         now_ms: int, role: Role | None, flush: FlushMode | None,
                         cut_off: frozenset[str]) -> Promotion:
-        if state.get("controller"):
-            raise BackendError(
-                "in controller mode the controller elects the master: ask it with `dlab "
-                f"controller elect --address {state['controller']['address']} --token-file "
-                f"{self._path('token')} --broker ID` (ids: `dlab controller status`)")
         return plan_promote(state, name, running=running, now_ms=now_ms,
                             free_port=lambda: free_ports(1)[0], role=role, flush=flush,
                             cut_off=cut_off)
@@ -592,26 +509,10 @@ class LocalBackend(FailoverSteps):
         self._save(state)
         self._wait_healthy(state, name, deadline)
 
-    def rejoin(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo:
-        """Controller mode: start the node (lost or not) on what its data
-        directory holds; it asks the controller whom to follow and cuts its
-        log to the point it shares with that master. Classic mode: as
-        FailoverSteps.rejoin."""
-        with self._locked():
-            controller_mode = bool(self._load().get("controller"))
-        if not controller_mode:
-            return super().rejoin(name, timeout_s=timeout_s)
-        with self._locked():
-            state = self._load()
-            check_name(state, name)
-            if self._children.state(_pid(state["nodes"][name])) != "gone":
-                raise BackendError(f"cannot rejoin {name}: it is running; kill, stop or lose "
-                                   "it first")
-            state["nodes"][name]["lost"] = False
-            self._spawn_node(state, name)
-            self._save(state)
-            self._wait_healthy(state, name, time.monotonic() + timeout_s)
-            return self._info(state, name)
+    def _start_node(self, state: dict[str, Any], name: str, deadline: float) -> None:
+        self._spawn_node(state, name)
+        self._save(state)
+        self._wait_healthy(state, name, deadline)
 
     def _running_names(self, state: dict[str, Any]) -> set[str]:
         return {n for n, v in state["nodes"].items() if self._children.state(_pid(v)) != "gone"}
@@ -672,9 +573,6 @@ class LocalBackend(FailoverSteps):
                                f"(start it with `dlab cluster start {name}`)")
         assert proc is not None
         return proc
-
-
-CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
 
 
 def _pid(entry: dict[str, Any]) -> ProcId | None:

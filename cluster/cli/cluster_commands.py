@@ -80,7 +80,8 @@ def register_cluster(sub: Any) -> None:
     c = up.add_argument_group(
         "controller mode (RocketMQ 5's automatic failover; defaults are RocketMQ's)",
         "--ha-mode controller starts `dlab controller run` first (state in DIR/controller, "
-        "log DIR/controller.log, loopback, the cluster token), then the nodes, which it "
+        "log DIR/controller.log, loopback, the cluster token; on --backend compose a "
+        "container of the node image), then the nodes, which it "
         "elects among: `master` first, then `slave1`... It publishes DIR/route.json at "
         "every change of master, so `dlab send --dir DIR` follows its elections.")
     c.add_argument("--ha-mode", choices=["classic", "controller"], default="classic",
@@ -274,6 +275,8 @@ _HARNESS_OPTIONS = {
     "--ha-mode": "use cluster up's --ha-mode",
     "--controller": "in controller mode the cluster starts the controller and gives every "
                     "node its address",
+    "--advertise": "in controller mode each node gives the controller the address its peers "
+                   "reach it at (on compose, its service name)",
 }
 
 
@@ -392,6 +395,7 @@ def controller_line(c: dict[str, Any]) -> str:
     """One line on a controller-mode cluster's controller."""
     return (f"controller {c['address']}: {c['state']}"
             + (f" (pid {c['pid']})" if c["pid"] else "")
+            + (f" (container {c['container']})" if c.get("container") else "")
             + f", heartbeat timeout {c['heartbeat_timeout_ms']} ms, scan every "
               f"{c['scan_interval_ms']} ms, unclean election "
               f"{'allowed' if c['elect_unclean'] else 'refused'}; state {c['state_dir']}")

@@ -72,11 +72,24 @@ def _register_run(actions: Any) -> None:
                    help="also publish the route clients follow as DIR/route.json, rewritten "
                    "atomically at every change of master (`dlab send --dir DIR` reads it; "
                    "`dlab cluster up --ha-mode controller` sets it; default: none)")
+    p.add_argument("--route-address", action="append", default=[], type=_route_address,
+                   metavar="NAME=HOST:PORT",
+                   help="with --publish-route: name broker NAME's address in the route as "
+                   "HOST:PORT, not the address it heartbeats from (repeatable; for brokers "
+                   "clients reach at another address than their peers do, e.g. a "
+                   "container's published port; default: none)")
     p.add_argument("--log-file", help="also append the log to this file")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"],
                    help="log messages at this level and above (default INFO; DEBUG adds "
                    "refused heartbeats)")
     p.set_defaults(handler=cmd_run)
+
+
+def _route_address(value: str) -> tuple[str, str]:
+    name, sep, addr = value.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected NAME=HOST:PORT")
+    return name, address(addr)
 
 
 def _register_status(actions: Any) -> None:
@@ -129,6 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = ControllerProcessConfig(
             state_dir=args.dir, token=_token(args.token_file), listen=args.listen,
             scan_interval_ms=args.scan_interval_ms, publish_route=args.publish_route,
+            route_addresses=tuple(args.route_address),
             controller=ControllerConfig(heartbeat_timeout_ms=args.heartbeat_timeout_ms,
                                         enable_elect_unclean_master=args.elect_unclean),
         ).validate()

@@ -73,6 +73,9 @@ def register_node(sub: Any) -> None:
                    "IN_SYNC_REPLICAS_NOT_ENOUGH (default 1)")
     c.add_argument("--priority", type=int, default=0, metavar="N",
                    help="election priority among equals, lower preferred (default 0)")
+    c.add_argument("--advertise", type=address, metavar="HOST:PORT",
+                   help="the address the controller and the other nodes reach this node at "
+                   "(default: --listen; set it when listening on 0.0.0.0, e.g. in a container)")
     p.add_argument("--failpoints", default="",
                    help="name=crash|delay:MS@N,... (default: none armed)")
     add_corruption_policy(p)
@@ -175,7 +178,8 @@ def node_config_from_args(args: argparse.Namespace, *, token: str | None = None)
                           token=token, listen=args.listen, master=args.master, store=store,
                           ha=ha, failpoints=args.failpoints, repair_from=tuple(args.repair_from),
                           consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms,
-                          controller=args.controller, priority=args.priority).validate()
+                          controller=args.controller, priority=args.priority,
+                          advertise=args.advertise).validate()
     except ConfigError as exc:
         raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
 

@@ -16,13 +16,20 @@ Rules:
 - no master (it died and no replica could be elected): published as none,
   so producers stop sending to a dead node and retry;
 - `epoch` goes up by one at every change of master or address, from the
-  epoch of the route.json found at start (1 for the first master).
+  epoch of the route.json found at start (1 for the first master);
+- a broker given a client address (`--route-address NAME=HOST:PORT`) is
+  published at that address, not at the one it heartbeats from: as a
+  RocketMQ broker registers one address for clients (brokerIP1) and
+  another for its replicas (brokerIP2), a node in a container is reached by
+  its peers at its service name and by clients on the host at its published
+  port. It is still published only once it has heartbeaten.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from cluster.node.route import Route, RouteError, read_route, write_route
 from ha.controller.state import ControllerState
@@ -31,8 +38,12 @@ log = logging.getLogger("dlab.controller")
 
 
 class RoutePublisher:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *,
+                 client_addresses: Mapping[str, str] | None = None) -> None:
+        """`client_addresses`: broker name to the address clients reach it
+        at, where that is not the address it heartbeats from."""
         self.directory = directory
+        self.client_addresses = dict(client_addresses or {})
         try:
             found: Route | None = read_route(directory)
         except RouteError:
@@ -51,6 +62,7 @@ class RoutePublisher:
             if member is None or not address:
                 return  # not heard from yet: keep the old route
             name = member.name
+            address = self.client_addresses.get(name, address)
         if (name, address) == self.published:
             return
         if self.published is None and name is None:

@@ -54,6 +54,9 @@ class ControllerProcessConfig:
     shutdown_grace_s: float = 2.0
     # Publish the route clients follow as DIR/route.json (route_publisher.py).
     publish_route: str | None = None
+    # (broker name, HOST:PORT): the address the route names for that broker
+    # instead of the one it heartbeats from (route_publisher.py).
+    route_addresses: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> ControllerProcessConfig:
         if not self.state_dir:
@@ -67,6 +70,17 @@ class ControllerProcessConfig:
         if self.publish_route is not None and not os.path.isdir(self.publish_route):
             raise ConfigError(f"--publish-route {self.publish_route!r}: not a directory "
                               "(give the cluster's directory)")
+        if self.route_addresses and self.publish_route is None:
+            raise ConfigError("--route-address says at which address the route names a "
+                              "broker: it needs --publish-route DIR")
+        names = [name for name, _ in self.route_addresses]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--route-address: one address per broker, got {names}")
+        for name, addr in self.route_addresses:
+            host, sep, port = addr.rpartition(":")
+            if not name or not sep or not host or not port.isdigit() or int(port) > 65535:
+                raise ConfigError(f"--route-address {name}={addr}: expected NAME=HOST:PORT, "
+                                  "e.g. master=127.0.0.1:7001")
         if isinstance(self.scan_interval_ms, bool) or self.scan_interval_ms < 1:
             raise ConfigError(f"--scan-interval-ms {self.scan_interval_ms}: at least 1")
         self.controller.validate()
@@ -95,7 +109,8 @@ class ControllerProcess:
         clock = LoopClock(asyncio.get_running_loop())
         self.core = ControllerCore(cfg.controller, self.state_file, state, clock=clock)
         if cfg.publish_route is not None:
-            self.core.on_applied = RoutePublisher(cfg.publish_route).update
+            self.core.on_applied = RoutePublisher(
+                cfg.publish_route, client_addresses=dict(cfg.route_addresses)).update
         log.info("controller state %s: %d broker(s), master %s, master epoch %d, "
                  "SyncStateSet %s (epoch %d)", self.state_file.path, len(state.members),
                  state.master, state.master_epoch, sorted(state.sync_state_set),

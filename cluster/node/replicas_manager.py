@@ -153,7 +153,7 @@ class ReplicasManager:
         return controller_pb2.HeartbeatRequest(
             broker_id=self.broker_id, epoch=0 if last is None else last.epoch,
             max_offset=store.log.wrote, confirmed_offset=store.confirmed_offset(),
-            priority=node.config.priority, address=node.config.listen)
+            priority=node.config.priority, address=node.config.advertised)
 
     async def _apply(self, info: controller_pb2.ReplicaInfo) -> None:
         node = self.node

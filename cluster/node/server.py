@@ -101,6 +101,17 @@ class NodeConfig:
     controller: str | None = None
     # Controller mode: this broker's election priority (lower is preferred).
     priority: int = 0
+    # Controller mode: the address the controller and the other nodes reach
+    # this node at, sent in every heartbeat (the controller hands it to
+    # slaves as their master's). None: `listen`, which is right unless the
+    # node listens on a wildcard address (a container: 0.0.0.0:7000, reached
+    # as its service name).
+    advertise: str | None = None
+
+    @property
+    def advertised(self) -> str:
+        """The address this node gives the controller."""
+        return self.advertise or self.listen
 
     @property
     def controller_mode(self) -> bool:
@@ -119,12 +130,15 @@ class NodeConfig:
                                   "controller tells a slave its master")
         elif self.controller:
             raise ConfigError("--controller is for --ha-mode controller")
+        elif self.advertise:
+            raise ConfigError("--advertise is for --ha-mode controller (a classic slave is "
+                              "given its master's address by --master)")
         elif self.role == Role.SLAVE and not self.master:
             raise ConfigError("a SLAVE needs --master HOST:PORT (its master's address)")
         elif self.role != Role.SLAVE and self.master:
             raise ConfigError(f"--master is for slaves; a {self.role.value} has no master")
         for what, addr in (("--listen", self.listen), ("--master", self.master),
-                           ("--controller", self.controller)):
+                           ("--controller", self.controller), ("--advertise", self.advertise)):
             if addr is not None:
                 host, sep, port = addr.rpartition(":")
                 if not sep or not host or not port.isdigit() or int(port) > 65535:

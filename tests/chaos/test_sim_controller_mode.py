@@ -166,19 +166,6 @@ def test_a_controller_mode_chaos_run_fails_over_by_election_and_loses_nothing(
     assert " 0 acked lost on the master, 0 lost everywhere" in out.stdout
 
 
-def test_controller_mode_on_compose_is_a_usage_error(tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-m", "chaos.cli", "chaos", "run", "--ha-mode", "controller",
-         "--backend", "compose", "--scenario", "master-crash", "--role", "SYNC_MASTER",
-         "--flush", "ASYNC_FLUSH", "--out", str(tmp_path)], capture_output=True, text=True,
-        timeout=120)
-    assert out.returncode == 2
-    assert "--backend local or sim" in out.stderr and "Traceback" not in out.stderr
-
-
 def test_a_matrix_with_both_ha_modes_runs_classic_roles_and_one_controller_mode() -> None:
     from chaos.matrix.grid import MatrixConfig
 

@@ -173,6 +173,40 @@ def test_the_route_it_publishes_follows_its_elections_and_waits_for_a_restarted_
     assert not (cluster / "route.json.tmp").exists()
 
 
+def test_the_route_names_a_broker_at_its_client_address_where_one_is_given(
+        tmp_path: Path, controllers: list[Controller]) -> None:
+    """--route-address NAME=HOST:PORT: the route names that broker at the
+    address clients reach it at (a container's published port), while the
+    controller keeps handing out the address it heartbeats from (its
+    service name, which its peers resolve) as the master's."""
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    ctl = start_controller(tmp_path, tmp_path / "ctl", extra=(
+        "--publish-route", str(cluster), "--route-address", "b1=127.0.0.1:17001"))
+    controllers.append(ctl)
+    with ctl.client() as client:
+        b1 = client.register("b1").broker_id
+        client.heartbeat(b1, address="b1:7000")
+        elected = client.elect_master(requester=b1)
+        assert elected.replica_info.master_address == "b1:7000"
+    published = json.loads((cluster / "route.json").read_text())
+    assert (published["master"], published["address"]) == ("b1", "127.0.0.1:17001")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--route-address", "b1=127.0.0.1:17001"], "it needs --publish-route DIR"),
+    (["--route-address", "b1"], "expected NAME=HOST:PORT"),
+    (["--route-address", "b1=nohost"], "expected HOST:PORT"),
+])
+def test_a_bad_route_address_is_a_usage_error(tmp_path: Path, args: list[str],
+                                              message: str) -> None:
+    write_token_file(str(tmp_path / "token"), TOKEN)
+    r = dlab("controller", "run", "--dir", str(tmp_path / "ctl"), "--token-file",
+             str(tmp_path / "token"), "--listen", f"127.0.0.1:{free_ports(1)[0]}", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert message in r.stderr
+
+
 def test_publish_route_needs_an_existing_directory(tmp_path: Path) -> None:
     write_token_file(str(tmp_path / "token"), TOKEN)
     r = dlab("controller", "run", "--dir", str(tmp_path / "ctl"), "--token-file",

@@ -145,6 +145,21 @@ def test_node_args_that_move_a_nodes_address_are_refused_at_once(tmp_path: Path)
         assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--advertise", "master:7000"], "--advertise is for --ha-mode controller"),
+    (["--ha-mode", "controller", "--controller", "127.0.0.1:1", "--advertise", "nohost"],
+     "argument --advertise: 'nohost': expected HOST:PORT"),
+])
+def test_an_advertised_address_outside_controller_mode_or_malformed_is_refused(
+        tmp_path: Path, args: list[str], message: str) -> None:
+    write_token_file(str(tmp_path / "token"), "t")
+    r = dlab("node", "--name", "master", "--role", "ASYNC_MASTER", "--data-dir",
+             str(tmp_path / "data"), "--token-file", str(tmp_path / "token"), *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_node_that_does_not_answer_at_its_address_is_named_with_it(tmp_path: Path) -> None:
     backend = LocalBackend()
     spec = ClusterSpec(directory=str(tmp_path / "c"), master=NodeSpec(
