@@ -43,7 +43,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     try:
         emulate = tuple(sorted(parse_emulate(args.emulate)))
         opts = ExploreOptions(
-            role=args.role, flush=args.flush, puts=args.puts, producers=args.producers,
+            role=args.role, flush=args.flush, puts=args.puts, puts_after=args.puts_after,
+            producers=args.producers,
             slaves=args.slaves, body_bytes=args.body_bytes, consumer=args.consumer,
             emulate=emulate, seed=args.seed, max_disk_states=args.max_disk_states,
             fsync_ms=args.fsync_ms, targets=tuple(args.targets.split(",")),
@@ -89,8 +90,9 @@ def register(csub: Any) -> None:
         "sent to a client). Then, for every crash point and target (master, slave, both), "
         "for every state the page-cache model lets a crash leave on the crashed disks "
         "(each file's unsynced writes kept as a prefix, or torn at a sector boundary), it "
-        "runs the workload again, crashes there, restarts, recovers, settles and judges "
-        "every PUT_OK as any run is judged. States that leave the same bytes are run once. "
+        "runs the workload again, crashes there, restarts and recovers the crashed nodes, "
+        "sends --puts-after more puts to the recovered cluster, settles and judges every "
+        "PUT_OK as any run is judged. States that leave the same bytes are run once. "
         "Every state that breaks a promise, leaves a slave ahead, diverges or loses an "
         "acknowledged message (as its mode allows) is kept as a case under OUT/cases/, "
         "replayable byte for byte with `dlab chaos replay`.", epilog=EXPLORE_EXIT)
@@ -100,6 +102,10 @@ def register(csub: Any) -> None:
                    help="every node's flush mode (default %(default)s)")
     p.add_argument("--puts", type=positive_int, default=6,
                    help="puts in all (default %(default)s)")
+    p.add_argument("--puts-after", type=int, default=None, metavar="N",
+                   help="puts after the crashed nodes restarted, once the master has heard from "
+                   "its slaves again, judged as the others (default: half of --puts; 0: none, "
+                   "the nodes restart after the load)")
     p.add_argument("--producers", type=positive_int, default=2,
                    help="producers sending them (default %(default)s)")
     p.add_argument("--slaves", type=positive_int, default=1,

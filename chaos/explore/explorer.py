@@ -90,7 +90,8 @@ def crash_run(opts: ExploreOptions, task: Task, out_dir: str) -> ExploreRun:
     plan = CrashPlan(task.event, task.target, task.nodes, task.state, task.expect)
     return ExploreRun(opts.run_config(task.name, out_dir), plan=plan,
                       limit=opts.max_disk_states, sector_bytes=opts.sector_bytes,
-                      fsync_s=opts.fsync_ms / 1000, explore_record=task.record(opts))
+                      fsync_s=opts.fsync_ms / 1000, explore_record=task.record(opts),
+                      after=opts.after_load())
 
 
 def reference(opts: ExploreOptions, out_dir: str) -> ExploreRun:
@@ -98,7 +99,8 @@ def reference(opts: ExploreOptions, out_dir: str) -> ExploreRun:
     run = ExploreRun(opts.run_config("explore-reference", out_dir), plan=None,
                      limit=opts.max_disk_states, sector_bytes=opts.sector_bytes,
                      fsync_s=opts.fsync_ms / 1000,
-                     explore_record={"options": opts.to_json(), "reference": True})
+                     explore_record={"options": opts.to_json(), "reference": True},
+                     after=opts.after_load())
     run.execute()
     return run
 

@@ -25,6 +25,9 @@ TAIL_S = 0.5
 # holds a hundred puts of the default size (more roll, as on any node).
 SEGMENT_BYTES = 64 * 1024
 MAX_MESSAGE_BYTES = SEGMENT_BYTES - 512
+# Options that came after the first explorations, at the value those had:
+# to_json leaves an option out at this value, from_json reads it back.
+LEGACY: dict[str, Any] = {"puts_after": 0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,10 +51,16 @@ class ExploreOptions:
     fsync_ms: float = 5.0
     targets: tuple[str, ...] = ("master", "slave", "both")
     events: tuple[int, ...] = field(default=())  # only these crash points (empty: every one)
+    # Puts after the crashed nodes restarted and the master heard from its
+    # slaves again (None: half of `puts`; 0: none, the load ends with the
+    # first phase).
+    puts_after: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "flush", FlushMode(self.flush))
+        if self.puts_after is None:
+            object.__setattr__(self, "puts_after", self.puts // 2)
 
     def validate(self) -> ExploreOptions:
         if self.role not in MASTER_ROLES:
@@ -63,9 +72,12 @@ class ExploreOptions:
         if self.body_bytes > MAX_MESSAGE_BYTES:
             raise ValueError(f"--body-bytes {self.body_bytes}: at most {MAX_MESSAGE_BYTES} "
                              "(the exploration's segments are 64 KiB)")
-        if self.puts > 1000:
-            raise ValueError(f"--puts {self.puts}: an exhaustive exploration grows with the "
-                             "puts' events; give at most 1000")
+        if self.after < 0:
+            raise ValueError(f"--puts-after must be 0 or more, got {self.puts_after}")
+        if self.puts > 1000 or self.after > 1000:
+            raise ValueError(f"--puts {self.puts}, --puts-after {self.puts_after}: an "
+                             "exhaustive exploration grows with the puts' events; give at "
+                             "most 1000 each")
         if not 0.01 <= self.fsync_ms <= 1000:
             raise ValueError(f"--fsync-ms {self.fsync_ms}: give 0.01 to 1000 ms")
         if self.sector_bytes < 1:
@@ -82,9 +94,22 @@ class ExploreOptions:
     def mode(self) -> str:
         return f"{self.role}-{self.flush}"
 
+    @property
+    def after(self) -> int:
+        """The puts after the restart (puts_after, resolved)."""
+        assert self.puts_after is not None  # set in __post_init__
+        return self.puts_after
+
     def to_json(self) -> dict[str, Any]:
+        """The options as params.json's `explore` records them. An option
+        at the value every exploration had before the option existed is
+        left out (LEGACY), so a case recorded then replays byte for byte."""
+        doc = self._json()
+        return {k: v for k, v in doc.items() if k not in LEGACY or LEGACY[k] != v}
+
+    def _json(self) -> dict[str, Any]:
         return {"role": str(self.role), "flush": str(self.flush), "puts": self.puts,
-                "producers": self.producers, "slaves": self.slaves,
+                "puts_after": self.puts_after, "producers": self.producers, "slaves": self.slaves,
                 "body_bytes": self.body_bytes, "consumer": self.consumer,
                 "emulate": sorted(self.emulate), "seed": self.seed,
                 "max_disk_states": self.max_disk_states, "sector_bytes": self.sector_bytes,
@@ -93,7 +118,7 @@ class ExploreOptions:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ExploreOptions:
-        fields = dict(doc)
+        fields = {**LEGACY, **doc}
         for name in ("emulate", "targets", "events"):
             fields[name] = tuple(fields.get(name, ()))
         return cls(**fields).validate()
@@ -114,3 +139,13 @@ class ExploreOptions:
                          segment_size_bytes=SEGMENT_BYTES, master_args=node_args,
                          slave_args=node_args,
                          keep_stores=KeepStores.ALL).validate()
+
+    def after_load(self) -> tuple[WorkloadConfig, float] | None:
+        """The load after the restart (None: none): puts_after puts at
+        the same rate, and how long it runs (their time and the tail)."""
+        if not self.after:
+            return None
+        workload = WorkloadConfig(producers=self.producers, rate_per_s=RATE_PER_S,
+                                  body_min_bytes=self.body_bytes, body_max_bytes=self.body_bytes,
+                                  max_ops=self.after)
+        return workload, self.after / (self.producers * RATE_PER_S) + TAIL_S

@@ -1,8 +1,10 @@
 """`dlab chaos explore`: every crash point of a small sim workload, every
 target and disk state. A planted bug (an ack before its fsync) is found at
 its first crash point and today's code breaks no promise there; SYNC_FLUSH's
-window (a slave ahead of a crashed master) is found; the counts add up; a
-case replays byte for byte; bad input is refused with exit 2."""
+window (a slave ahead of a crashed master) is found; the puts after the
+restart find rmq-3349 (and nothing without them or without the switch);
+the counts add up; a case replays byte for byte; bad input is refused with
+exit 2."""
 
 from __future__ import annotations
 
@@ -14,15 +16,16 @@ import pytest
 
 from chaos.check.run_dirs import load_run
 from chaos.cli import main
+from chaos.commands.bugs import judge_run
 from chaos.commands.replay import differing_files, tree_hashes
 from chaos.explore import disk_states
-from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, explore, reference
+from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, Task, crash_run, explore, reference
 from chaos.explore.replay import replay_case
 from chaos.explore.run import Event
 from chaos.explore.workload import ExploreOptions
 from chaos.report.run_pages import crash_point_section
-from chaos.schema import load_json_file
-from store.emulate import PLANTED_ACK_BEFORE_FSYNC
+from chaos.schema import load_json_file, read_jsonl
+from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_3349
 from store.sim.memory_disk import Kept, MemoryDisk
 
 PLANTED = (PLANTED_ACK_BEFORE_FSYNC,)
@@ -107,6 +110,63 @@ def test_sync_flush_leaves_a_slave_ahead_of_a_master_crashed_before_its_fsync(
     assert counts.findings[SLAVE_AHEAD] == counts.runs > 0
     assert all(f["slave_ahead_bytes"] > 0 for f in findings)
     assert counts.findings[VIOLATION] == 0
+
+
+# ------------------------------------------------- puts after the restart
+# rmq-3349's mode: the master's lazy ASYNC_FLUSH loses what its slave holds.
+RMQ_3349_MODE: dict[str, object] = {"role": "SYNC_MASTER", "flush": "ASYNC_FLUSH",
+                                    "targets": ("master",)}
+
+
+def test_puts_after_default_to_half_the_puts_and_old_cases_had_none() -> None:
+    assert ExploreOptions(puts=6).puts_after == 3
+    assert ExploreOptions(puts=7, puts_after=0).puts_after == 0
+    doc = ExploreOptions(puts_after=0).to_json()
+    assert "puts_after" not in doc  # as a case recorded before the option says it
+    assert ExploreOptions.from_json(doc).puts_after == 0
+    assert ExploreOptions.from_json(ExploreOptions().to_json()).puts_after == 3
+    with pytest.raises(ValueError, match="--puts-after must be 0 or more"):
+        ExploreOptions(puts_after=-1).validate()
+
+
+def test_puts_after_the_restart_find_rmq_3349_and_only_with_its_switch(
+        tmp_path: Path) -> None:
+    events = _events(tmp_path, emulate=(RMQ_3349,), **RMQ_3349_MODE)
+    # The second answer: the master's crash there loses two records its
+    # slave holds, which the first puts after the restart fit under.
+    point = [e.index for e in events if e.label() == "master answer-sent"][1]
+
+    def run(name: str, **opts: object) -> tuple[int, list[dict[str, object]]]:
+        options = ExploreOptions(events=(point,), **{**RMQ_3349_MODE, **opts})  # type: ignore[arg-type]
+        counts, findings = explore(options.validate(), str(tmp_path / name), workers=1,
+                                   log=lambda s: None)
+        assert counts.runs >= 1 and counts.findings[SLAVE_AHEAD] == counts.runs
+        return counts.findings[VIOLATION], findings
+
+    found, findings = run("with", emulate=(RMQ_3349,))
+    assert found >= 1
+    for f in (f for f in findings if VIOLATION in f["kinds"]):
+        case = str(tmp_path / "with" / str(f["case"]))
+        assert (judge_run(case)["replica_violations"] or 0) >= 1  # the corpus's verdict
+        acked_after = [r for r in read_jsonl(os.path.join(case, "history.jsonl"))
+                       if "-after-" in r["msg_id"] and r["status"] == "PUT_OK"]
+        assert acked_after  # acknowledged by the restarted master
+    assert run("no-load-after", emulate=(RMQ_3349,), puts_after=0)[0] == 0
+    assert run("no-switch")[0] == 0
+
+
+def test_the_puts_after_a_slave_restarts_wait_for_it_to_be_back(tmp_path: Path) -> None:
+    opts = ExploreOptions(targets=("slave",)).validate()
+    ref = reference(opts, str(tmp_path / "ref"))
+    event = _first(ref.probe.events, "master answer-sent")
+    task = Task(event, "slave", 0, ref.target_nodes("slave"),
+                ref.states[event]["slave"].states[0], ref.probe.events[event].label())
+    rows = read_jsonl(os.path.join(crash_run(opts, task, str(tmp_path / "run")).execute(),
+                                   "history.jsonl"))
+    after = [r for r in rows if "-after-" in r["msg_id"]]
+    assert [r["op_id"] for r in rows] == list(range(len(rows)))
+    # SYNC_MASTER answers PUT_OK only once its slave has them: it was back.
+    assert len(after) == 3 and {r["status"] for r in after} == {"PUT_OK"}
 
 
 # ------------------------------------------------------------------ counts
