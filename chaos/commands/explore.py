@@ -11,6 +11,7 @@ from typing import Any
 
 from chaos.harness.run_config import FLUSHES, ROLES
 from chaos.matrix.launch import results_dir
+from ha.config import ShipLimit, SlaveAheadPolicy
 from store.emulate import EmulateError
 from store.emulate import parse as parse_emulate
 from store.tools.cli_args import UserError, positive_float, positive_int
@@ -18,6 +19,8 @@ from store.tools.cli_args import UserError, positive_float, positive_int
 EXPLORE_EXIT = """exit status: 0 when no explored state broke a promise; 1 when some did (each
 is a case under OUT/cases/, replayed by `dlab chaos replay CASE`); 2 for bad
 input."""
+SLAVE_AHEAD_POLICIES = tuple(p.value for p in SlaveAheadPolicy)
+SHIP_LIMITS = tuple(s.value for s in ShipLimit)
 SHOWN_PER_KIND = 5  # cases listed per kind of finding (explore.json has them all)
 
 
@@ -44,7 +47,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         emulate = tuple(sorted(parse_emulate(args.emulate)))
         opts = ExploreOptions(
             role=args.role, flush=args.flush, puts=args.puts, puts_after=args.puts_after,
-            producers=args.producers,
+            producers=args.producers, slave_ahead_policy=args.slave_ahead_policy,
+            ha_ship_limit=args.ha_ship_limit,
             slaves=args.slaves, body_bytes=args.body_bytes, consumer=args.consumer,
             emulate=emulate, seed=args.seed, max_disk_states=args.max_disk_states,
             fsync_ms=args.fsync_ms, targets=tuple(args.targets.split(",")),
@@ -114,6 +118,11 @@ def register(csub: Any) -> None:
                    help="each put's body (default %(default)s)")
     p.add_argument("--consumer", action="store_true",
                    help="a consumer consumes while the producers produce (default: none)")
+    p.add_argument("--slave-ahead-policy", choices=SLAVE_AHEAD_POLICIES, default="reject",
+                   help="what a master does when a slave reports more than it has: reject "
+                   "(default, RocketMQ 4.9.3+), trust or truncate (as `dlab chaos run`)")
+    p.add_argument("--ha-ship-limit", choices=SHIP_LIMITS, default="wrote",
+                   help="ship bytes up to the master's written (default) or flushed position")
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="re-introduce a known bug or planted fault on every node (see `dlab "
                    "chaos bugs`), e.g. planted-ack-before-fsync; repeatable (default: none)")

@@ -11,6 +11,7 @@ from chaos.harness.run_config import MASTER_ROLES, Backend, KeepStores, RunConfi
 from chaos.harness.scenarios import Scenario
 from chaos.harness.workload import WorkloadConfig
 from cluster.node.role import Role
+from ha.config import ShipLimit, SlaveAheadPolicy
 from store.config import FlushMode
 from store.emulate import SWITCHES
 
@@ -27,7 +28,8 @@ SEGMENT_BYTES = 64 * 1024
 MAX_MESSAGE_BYTES = SEGMENT_BYTES - 512
 # Options that came after the first explorations, at the value those had:
 # to_json leaves an option out at this value, from_json reads it back.
-LEGACY: dict[str, Any] = {"puts_after": 0}
+LEGACY: dict[str, Any] = {"puts_after": 0, "slave_ahead_policy": "reject",
+                          "ha_ship_limit": "wrote"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,10 +57,16 @@ class ExploreOptions:
     # slaves again (None: half of `puts`; 0: none, the load ends with the
     # first phase).
     puts_after: int | None = None
+    # What a master does with a slave's report beyond its end, and how far
+    # it ships: the chaos run options of the same names (RunConfig).
+    slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
+    ha_ship_limit: ShipLimit = ShipLimit.WROTE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "flush", FlushMode(self.flush))
+        object.__setattr__(self, "slave_ahead_policy", SlaveAheadPolicy(self.slave_ahead_policy))
+        object.__setattr__(self, "ha_ship_limit", ShipLimit(self.ha_ship_limit))
         if self.puts_after is None:
             object.__setattr__(self, "puts_after", self.puts // 2)
 
@@ -110,6 +118,8 @@ class ExploreOptions:
     def _json(self) -> dict[str, Any]:
         return {"role": str(self.role), "flush": str(self.flush), "puts": self.puts,
                 "puts_after": self.puts_after, "producers": self.producers, "slaves": self.slaves,
+                "slave_ahead_policy": str(self.slave_ahead_policy),
+                "ha_ship_limit": str(self.ha_ship_limit),
                 "body_bytes": self.body_bytes, "consumer": self.consumer,
                 "emulate": sorted(self.emulate), "seed": self.seed,
                 "max_disk_states": self.max_disk_states, "sector_bytes": self.sector_bytes,
@@ -135,6 +145,8 @@ class ExploreOptions:
         node_args = ("--max-message-size", str(MAX_MESSAGE_BYTES))
         return RunConfig(scenario=scenario, role=self.role, flush=self.flush, seed=self.seed,
                          out_dir=out_dir, backend=Backend.SIM, slaves=self.slaves,
+                         slave_ahead_policy=self.slave_ahead_policy,
+                         ha_ship_limit=self.ha_ship_limit,
                          workload=workload, emulate=self.emulate, sim_duration_s=duration,
                          segment_size_bytes=SEGMENT_BYTES, master_args=node_args,
                          slave_args=node_args,

@@ -19,7 +19,15 @@ from chaos.cli import main
 from chaos.commands.bugs import judge_run
 from chaos.commands.replay import differing_files, tree_hashes
 from chaos.explore import disk_states
-from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, Task, crash_run, explore, reference
+from chaos.explore.explorer import (
+    DIVERGENCE,
+    SLAVE_AHEAD,
+    VIOLATION,
+    Task,
+    crash_run,
+    explore,
+    reference,
+)
 from chaos.explore.replay import replay_case
 from chaos.explore.run import Event
 from chaos.explore.workload import ExploreOptions
@@ -169,6 +177,39 @@ def test_the_puts_after_a_slave_restarts_wait_for_it_to_be_back(tmp_path: Path) 
     assert len(after) == 3 and {r["status"] for r in after} == {"PUT_OK"}
 
 
+# ------------------------------------------- slave-ahead policy, ship limit
+def test_the_slave_ahead_policy_decides_what_the_puts_after_leave(tmp_path: Path) -> None:
+    """A slave ahead of its restarted master (SYNC_FLUSH's window): rejected,
+    it keeps its tail and the master's puts after the restart write other
+    records at those offsets (divergence); told to truncate, it cuts its
+    tail and follows (no divergence)."""
+    applied = _first(_events(tmp_path), "slave1 ship-applied")
+
+    def run(policy: str) -> dict[str, int]:
+        opts = ExploreOptions(events=(applied,), targets=("master",), slave_ahead_policy=policy)
+        counts, _ = explore(opts.validate(), str(tmp_path / policy), workers=1,
+                            log=lambda s: None)
+        assert counts.runs > 0 and counts.findings[SLAVE_AHEAD] == counts.runs
+        return counts.findings
+
+    assert run("reject")[DIVERGENCE] > 0
+    assert run("truncate")[DIVERGENCE] == 0
+
+
+def test_shipping_only_flushed_bytes_leaves_no_slave_ahead(tmp_path: Path) -> None:
+    def ahead(limit: str) -> int:
+        events = _events(tmp_path / limit, ha_ship_limit=limit)
+        applied = tuple(e.index for e in events if e.label() == "slave1 ship-applied")
+        opts = ExploreOptions(events=applied, targets=("master",), ha_ship_limit=limit)
+        counts, _ = explore(opts.validate(), str(tmp_path / limit / "out"), workers=2,
+                            log=lambda s: None)
+        assert counts.runs > 0
+        return counts.findings[SLAVE_AHEAD]
+
+    assert ahead("wrote") > 0
+    assert ahead("flushed") == 0
+
+
 # ------------------------------------------------------------------ counts
 def test_the_counts_add_up_and_explore_json_says_them(tmp_path: Path) -> None:
     opts = ExploreOptions(events=(0, 1, 2, 3)).validate()
@@ -233,6 +274,8 @@ def test_a_case_replays_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixt
     (("--emulate", "no-such-bug"), "unknown bug 'no-such-bug'"),
     (("--events", "x-3"), "crash point numbers"),
     (("--body-bytes", "100000"), "--body-bytes 100000"),
+    (("--puts-after", "-1"), "--puts-after must be 0 or more"),
+    (("--slave-ahead-policy", "believe"), "invalid choice: 'believe'"),
 ])
 def test_bad_input_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           args: tuple[str, ...], words: str) -> None:
