@@ -11,7 +11,7 @@ from typing import Any
 
 from chaos.harness.run_config import FLUSHES, ROLES
 from chaos.matrix.launch import results_dir
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.emulate import EmulateError
 from store.emulate import parse as parse_emulate
 from store.tools.cli_args import UserError, positive_float, positive_int
@@ -21,6 +21,7 @@ is a case under OUT/cases/, replayed by `dlab chaos replay CASE`); 2 for bad
 input."""
 SLAVE_AHEAD_POLICIES = tuple(p.value for p in SlaveAheadPolicy)
 SHIP_LIMITS = tuple(s.value for s in ShipLimit)
+HA_MODES = tuple(m.value for m in HAMode)
 SHOWN_PER_KIND = 5  # cases listed per kind of finding (explore.json has them all)
 
 
@@ -48,7 +49,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         opts = ExploreOptions(
             role=args.role, flush=args.flush, puts=args.puts, puts_after=args.puts_after,
             producers=args.producers, slave_ahead_policy=args.slave_ahead_policy,
-            ha_ship_limit=args.ha_ship_limit,
+            ha_ship_limit=args.ha_ship_limit, failover=args.failover, ha_mode=args.ha_mode,
             slaves=args.slaves, body_bytes=args.body_bytes, consumer=args.consumer,
             emulate=emulate, seed=args.seed, max_disk_states=args.max_disk_states,
             fsync_ms=args.fsync_ms, targets=tuple(args.targets.split(",")),
@@ -76,7 +77,8 @@ def _print_kind(kind: str, rows: Sequence[dict[str, Any]], out: str) -> None:
     points = sorted({(r["event"], r["label"]) for r in rows})
     print(f"{kind}: {len(rows)} runs at {len(points)} crash points")
     for event, label in points[:20]:
-        targets = sorted({r["target"] for r in rows if r["event"] == event})
+        targets = sorted({r["target"] + (f" (then {r['promote']} promoted)" if r.get("promote")
+                                         else "") for r in rows if r["event"] == event})
         print(f"  crash point {event} ({label}): {', '.join(targets)}")
     if len(points) > 20:
         print(f"  and {len(points) - 20} more crash points")
@@ -123,6 +125,14 @@ def register(csub: Any) -> None:
                    "(default, RocketMQ 4.9.3+), trust or truncate (as `dlab chaos run`)")
     p.add_argument("--ha-ship-limit", choices=SHIP_LIMITS, default="wrote",
                    help="ship bytes up to the master's written (default) or flushed position")
+    p.add_argument("--failover", action="store_true",
+                   help="after a crash of the master, fail over instead of restarting it in "
+                   "place: promote each running slave in turn (one run each), or in controller "
+                   "mode await the controller's election; the old master rejoins as a slave "
+                   "(default: restart in place)")
+    p.add_argument("--ha-mode", choices=HA_MODES, default="classic",
+                   help="classic (default) or controller: a controller elects the master "
+                   "(SYNC_MASTER then means allAckInSyncStateSet, ASYNC_MASTER no wait)")
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="re-introduce a known bug or planted fault on every node (see `dlab "
                    "chaos bugs`), e.g. planted-ack-before-fsync; repeatable (default: none)")

@@ -38,7 +38,9 @@ from typing import Any
 
 from chaos.explore import disk_states
 from chaos.explore.disk_states import CrashState, States
+from chaos.explore.workload import ELECTED
 from chaos.harness.run_config import RunConfig
+from chaos.harness.scenarios import Action
 from chaos.harness.workload import Workload, WorkloadConfig
 from chaos.sim.cluster import OWNER, SimCluster, SimSender, SimulatedCrash
 from chaos.sim.run import SimRun
@@ -90,6 +92,10 @@ class CrashPlan:
     nodes: tuple[str, ...]
     state: CrashState
     expect: str = ""  # the event's label in the reference run ("" : not checked)
+    # When the load ends: "" the crashed nodes restart in place; a slave's
+    # name: it is promoted by hand (classic); ELECTED: the controller's
+    # election is awaited (controller mode). The old master then rejoins.
+    promote: str = ""
 
 
 @dataclass
@@ -155,16 +161,38 @@ class ExploreRun(SimRun):
         n.disk.observe = on_disk
         n.node.failpoints.observe = on_failpoint
 
+    @property
+    def promoted(self) -> str | None:
+        """The node promoted in the crashed master's place (None: none)."""
+        return self.master if self.old_master is not None else None
+
     async def _end_phase(self, cluster: SimCluster) -> None:
         self.probe.armed = False  # the load is over: the clean stops are no crash points
-        if self.after is not None:
+        plan = self.crash_plan
+        promote = plan.promote if plan is not None and self.probe.crashed is not None else ""
+        if promote:
+            await self._take_over(cluster, promote)
+        if self.after is not None or promote:
             await self._restart_crashed(cluster)
+        if self.after is not None:
             await self._load_after(cluster, *self.after)
         await super()._end_phase(cluster)
 
+    async def _take_over(self, cluster: SimCluster, promote: str) -> None:
+        """The failover of a crashed master: `promote` (a running slave)
+        promoted by hand, as a scenario's promote step does; or in
+        controller mode the controller's election, awaited (its heartbeat
+        timeout, a scan). Either is recorded as a `promote` fault."""
+        t = cluster.clock.wall_ms()
+        if promote == ELECTED:
+            await self._await_election(cluster, t)
+        else:
+            await self._failover_step(cluster, Action.PROMOTE, promote, t)
+
     async def _restart_crashed(self, cluster: SimCluster) -> None:
         """The crashed nodes restart and recover (as the end phase would
-        restart them), and the master hears from every running slave."""
+        restart them; after a failover they rejoin as slaves), and the
+        master hears from every running slave."""
         since = cluster.clock.wall_ms()
         restarted = [n for n in self.nodes if cluster.nodes[n].state is NodeState.STOPPED
                      and n not in self.lost]

@@ -11,7 +11,7 @@ from chaos.harness.run_config import MASTER_ROLES, Backend, KeepStores, RunConfi
 from chaos.harness.scenarios import Scenario
 from chaos.harness.workload import WorkloadConfig
 from cluster.node.role import Role
-from ha.config import ShipLimit, SlaveAheadPolicy
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import FlushMode
 from store.emulate import SWITCHES
 
@@ -29,7 +29,9 @@ MAX_MESSAGE_BYTES = SEGMENT_BYTES - 512
 # Options that came after the first explorations, at the value those had:
 # to_json leaves an option out at this value, from_json reads it back.
 LEGACY: dict[str, Any] = {"puts_after": 0, "slave_ahead_policy": "reject",
-                          "ha_ship_limit": "wrote"}
+                          "ha_ship_limit": "wrote", "failover": False, "ha_mode": "classic"}
+# A task's `promote` in controller mode: the controller elects, whoever it is.
+ELECTED = "elected"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,12 +63,22 @@ class ExploreOptions:
     # it ships: the chaos run options of the same names (RunConfig).
     slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
     ha_ship_limit: ShipLimit = ShipLimit.WROTE
+    # After a crash of the master, fail over instead of restarting it in
+    # place: a slave is promoted (classic: by hand, one run per running
+    # slave; controller mode: the controller elects) and the old master
+    # rejoins as a slave.
+    failover: bool = False
+    # Controller mode: a controller elects the master; SYNC_MASTER is
+    # allAckInSyncStateSet (a put waits for every member), ASYNC_MASTER the
+    # defaults (no wait).
+    ha_mode: HAMode = HAMode.CLASSIC
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "flush", FlushMode(self.flush))
         object.__setattr__(self, "slave_ahead_policy", SlaveAheadPolicy(self.slave_ahead_policy))
         object.__setattr__(self, "ha_ship_limit", ShipLimit(self.ha_ship_limit))
+        object.__setattr__(self, "ha_mode", HAMode(self.ha_mode))
         if self.puts_after is None:
             object.__setattr__(self, "puts_after", self.puts // 2)
 
@@ -119,7 +131,8 @@ class ExploreOptions:
         return {"role": str(self.role), "flush": str(self.flush), "puts": self.puts,
                 "puts_after": self.puts_after, "producers": self.producers, "slaves": self.slaves,
                 "slave_ahead_policy": str(self.slave_ahead_policy),
-                "ha_ship_limit": str(self.ha_ship_limit),
+                "ha_ship_limit": str(self.ha_ship_limit), "failover": self.failover,
+                "ha_mode": str(self.ha_mode),
                 "body_bytes": self.body_bytes, "consumer": self.consumer,
                 "emulate": sorted(self.emulate), "seed": self.seed,
                 "max_disk_states": self.max_disk_states, "sector_bytes": self.sector_bytes,
@@ -146,11 +159,25 @@ class ExploreOptions:
         return RunConfig(scenario=scenario, role=self.role, flush=self.flush, seed=self.seed,
                          out_dir=out_dir, backend=Backend.SIM, slaves=self.slaves,
                          slave_ahead_policy=self.slave_ahead_policy,
-                         ha_ship_limit=self.ha_ship_limit,
+                         ha_ship_limit=self.ha_ship_limit, ha_mode=self.ha_mode,
+                         all_ack_in_sync_state_set=(self.ha_mode is HAMode.CONTROLLER
+                                                    and self.role is Role.SYNC_MASTER),
                          workload=workload, emulate=self.emulate, sim_duration_s=duration,
                          segment_size_bytes=SEGMENT_BYTES, master_args=node_args,
                          slave_args=node_args,
                          keep_stores=KeepStores.ALL).validate()
+
+    def promotions(self, crashed: tuple[str, ...], slaves: tuple[str, ...]) -> tuple[str, ...]:
+        """Who takes over after a crash of `crashed`, one run each: "" (the
+        crashed nodes restart in place) unless --failover and the master
+        crashed; then each slave still running (classic), or whoever the
+        controller elects (ELECTED); "" when no slave is left running."""
+        if not self.failover or "master" not in crashed:
+            return ("",)
+        running = tuple(s for s in slaves if s not in crashed)
+        if not running:
+            return ("",)
+        return (ELECTED,) if self.ha_mode is HAMode.CONTROLLER else running
 
     def after_load(self) -> tuple[WorkloadConfig, float] | None:
         """The load after the restart (None: none): puts_after puts at

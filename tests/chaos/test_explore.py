@@ -26,11 +26,12 @@ from chaos.explore.explorer import (
     Task,
     crash_run,
     explore,
+    judge,
     reference,
 )
 from chaos.explore.replay import replay_case
 from chaos.explore.run import Event
-from chaos.explore.workload import ExploreOptions
+from chaos.explore.workload import ELECTED, ExploreOptions
 from chaos.report.run_pages import crash_point_section
 from chaos.schema import load_json_file, read_jsonl
 from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_3349
@@ -210,6 +211,91 @@ def test_shipping_only_flushed_bytes_leaves_no_slave_ahead(tmp_path: Path) -> No
     assert ahead("flushed") == 0
 
 
+# ---------------------------------------------------------------- failover
+def test_a_failover_promotes_each_running_slave_in_turn() -> None:
+    classic = ExploreOptions(failover=True, slaves=2)
+    slaves = ("slave1", "slave2")
+    assert classic.promotions(("master",), slaves) == slaves
+    assert classic.promotions(("master", "slave1"), slaves) == ("slave2",)
+    assert classic.promotions(("slave1",), slaves) == ("",)  # the master did not crash
+    assert ExploreOptions(failover=True).promotions(("master", "slave1"), ("slave1",)) == ("",)
+    assert ExploreOptions(failover=True, ha_mode="controller").promotions(
+        ("master",), slaves) == (ELECTED,)
+    assert ExploreOptions().promotions(("master",), slaves) == ("",)
+
+
+def test_with_two_slaves_each_master_crash_state_runs_once_per_promoted_slave(
+        tmp_path: Path) -> None:
+    opts = ExploreOptions(failover=True, slaves=2, targets=("master", "slave"),
+                          events=(0, 1), puts_after=0).validate()
+    counts, _ = explore(opts, str(tmp_path / "out"), workers=2, log=lambda s: None)
+    ref = reference(opts, str(tmp_path / "ref"))
+    master = sum(len(ref.states[e]["master"].states) for e in (0, 1))
+    slave = sum(len(ref.states[e]["slave"].states) for e in (0, 1))
+    assert counts.states == master + slave
+    assert counts.runs == 2 * master + slave
+
+
+# rmq-3349/failover's shape: an old master that flushed a record it had not
+# shipped rejoins the slave promoted in its place. A fast disk puts the
+# master's flush before its ship.
+FAILOVER_3349: dict[str, object] = {"role": "SYNC_MASTER", "flush": "SYNC_FLUSH",
+                                    "fsync_ms": 0.1, "failover": True, "targets": ("master",)}
+
+
+def test_a_failover_finds_rmq_3349_failover_and_its_case_replays(tmp_path: Path) -> None:
+    events = _events(tmp_path, emulate=(RMQ_3349,), **FAILOVER_3349)
+    shipped = _first(events, "master ship-sent")
+    point = next(e.index for e in events if e.index > shipped and e.node == "master"
+                 and e.kind == "fsync")
+
+    def run(name: str, **opts: object) -> tuple[dict[str, int], list[dict[str, object]]]:
+        options = ExploreOptions(events=(point,), **{**FAILOVER_3349, **opts})  # type: ignore[arg-type]
+        counts, findings = explore(options.validate(), str(tmp_path / name), workers=1,
+                                   log=lambda s: None)
+        assert counts.runs >= 1
+        return counts.findings, findings
+
+    found, findings = run("with", emulate=(RMQ_3349,))
+    assert found[VIOLATION] >= 1
+    case = str(tmp_path / "with" / str(next(f for f in findings if VIOLATION in f["kinds"])
+                                       ["case"]))
+    faults = [(r["kind"], r["node"]) for r in read_jsonl(os.path.join(case, "faults.jsonl"))]
+    assert faults[:3] == [("kill", "master"), ("promote", "slave1"), ("rejoin", "master")]
+    assert (judge_run(case)["replica_violations"] or 0) >= 1
+    with open(os.path.join(case, "params.json"), encoding="utf-8") as f:
+        record = json.load(f)["explore"]
+    assert record["promote"] == "slave1"
+    again = replay_case(record, str(tmp_path / "again"))
+    assert differing_files(case, again.run_dir) == []
+    without, _ = run("without")
+    # The old master is ahead of the promoted slave and rejected: no ack
+    # believes it.
+    assert without[VIOLATION] == 0 and without[SLAVE_AHEAD] >= 1
+
+
+def test_in_controller_mode_the_controller_elects_and_the_old_master_follows(
+        tmp_path: Path) -> None:
+    opts = ExploreOptions(ha_mode="controller", role="SYNC_MASTER", flush="ASYNC_FLUSH",
+                          failover=True, targets=("master",)).validate()
+    ref = reference(opts, str(tmp_path / "ref"))
+    # A late answer: the slave holds what the master had, they share an epoch.
+    event = [e.index for e in ref.probe.events if e.label() == "master answer-sent"][-1]
+    task = Task(event, "master", 0, ("master",), ref.states[event]["master"].states[0],
+                ref.probe.events[event].label(), ELECTED)
+    run = crash_run(opts, task, str(tmp_path / "run"))
+    run_dir = run.execute()
+    assert run.promoted == "slave1"
+    faults = [(r["kind"], r["node"], r["detail"])
+              for r in read_jsonl(os.path.join(run_dir, "faults.jsonl"))]
+    assert ("promote", "slave1", "elected by the controller") in faults
+    assert any(kind == "rejoin" and node == "master" for kind, node, _ in faults)
+    after = [r for r in read_jsonl(os.path.join(run_dir, "history.jsonl"))
+             if "-after-" in r["msg_id"]]
+    assert after and {r["node"] for r in after} == {"slave1"}
+    assert judge(run_dir)["kinds"] == []
+
+
 # ------------------------------------------------------------------ counts
 def test_the_counts_add_up_and_explore_json_says_them(tmp_path: Path) -> None:
     opts = ExploreOptions(events=(0, 1, 2, 3)).validate()
@@ -276,6 +362,7 @@ def test_a_case_replays_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixt
     (("--body-bytes", "100000"), "--body-bytes 100000"),
     (("--puts-after", "-1"), "--puts-after must be 0 or more"),
     (("--slave-ahead-policy", "believe"), "invalid choice: 'believe'"),
+    (("--ha-mode", "dledger"), "invalid choice: 'dledger'"),
 ])
 def test_bad_input_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           args: tuple[str, ...], words: str) -> None:
