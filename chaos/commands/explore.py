@@ -11,6 +11,7 @@ from typing import Any
 
 from chaos.harness.run_config import FLUSHES, ROLES
 from chaos.matrix.launch import results_dir
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.emulate import EmulateError
 from store.emulate import parse as parse_emulate
 from store.tools.cli_args import UserError, positive_float, positive_int
@@ -18,6 +19,9 @@ from store.tools.cli_args import UserError, positive_float, positive_int
 EXPLORE_EXIT = """exit status: 0 when no explored state broke a promise; 1 when some did (each
 is a case under OUT/cases/, replayed by `dlab chaos replay CASE`); 2 for bad
 input."""
+SLAVE_AHEAD_POLICIES = tuple(p.value for p in SlaveAheadPolicy)
+SHIP_LIMITS = tuple(s.value for s in ShipLimit)
+HA_MODES = tuple(m.value for m in HAMode)
 SHOWN_PER_KIND = 5  # cases listed per kind of finding (explore.json has them all)
 
 
@@ -43,7 +47,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     try:
         emulate = tuple(sorted(parse_emulate(args.emulate)))
         opts = ExploreOptions(
-            role=args.role, flush=args.flush, puts=args.puts, producers=args.producers,
+            role=args.role, flush=args.flush, puts=args.puts, puts_after=args.puts_after,
+            producers=args.producers, slave_ahead_policy=args.slave_ahead_policy,
+            ha_ship_limit=args.ha_ship_limit, failover=args.failover, ha_mode=args.ha_mode,
             slaves=args.slaves, body_bytes=args.body_bytes, consumer=args.consumer,
             emulate=emulate, seed=args.seed, max_disk_states=args.max_disk_states,
             fsync_ms=args.fsync_ms, targets=tuple(args.targets.split(",")),
@@ -71,7 +77,8 @@ def _print_kind(kind: str, rows: Sequence[dict[str, Any]], out: str) -> None:
     points = sorted({(r["event"], r["label"]) for r in rows})
     print(f"{kind}: {len(rows)} runs at {len(points)} crash points")
     for event, label in points[:20]:
-        targets = sorted({r["target"] for r in rows if r["event"] == event})
+        targets = sorted({r["target"] + (f" (then {r['promote']} promoted)" if r.get("promote")
+                                         else "") for r in rows if r["event"] == event})
         print(f"  crash point {event} ({label}): {', '.join(targets)}")
     if len(points) > 20:
         print(f"  and {len(points) - 20} more crash points")
@@ -89,8 +96,9 @@ def register(csub: Any) -> None:
         "sent to a client). Then, for every crash point and target (master, slave, both), "
         "for every state the page-cache model lets a crash leave on the crashed disks "
         "(each file's unsynced writes kept as a prefix, or torn at a sector boundary), it "
-        "runs the workload again, crashes there, restarts, recovers, settles and judges "
-        "every PUT_OK as any run is judged. States that leave the same bytes are run once. "
+        "runs the workload again, crashes there, restarts and recovers the crashed nodes, "
+        "sends --puts-after more puts to the recovered cluster, settles and judges every "
+        "PUT_OK as any run is judged. States that leave the same bytes are run once. "
         "Every state that breaks a promise, leaves a slave ahead, diverges or loses an "
         "acknowledged message (as its mode allows) is kept as a case under OUT/cases/, "
         "replayable byte for byte with `dlab chaos replay`.", epilog=EXPLORE_EXIT)
@@ -100,6 +108,10 @@ def register(csub: Any) -> None:
                    help="every node's flush mode (default %(default)s)")
     p.add_argument("--puts", type=positive_int, default=6,
                    help="puts in all (default %(default)s)")
+    p.add_argument("--puts-after", type=int, default=None, metavar="N",
+                   help="puts after the crashed nodes restarted, once the master has heard from "
+                   "its slaves again, judged as the others (default: half of --puts; 0: none, "
+                   "the nodes restart after the load)")
     p.add_argument("--producers", type=positive_int, default=2,
                    help="producers sending them (default %(default)s)")
     p.add_argument("--slaves", type=positive_int, default=1,
@@ -108,6 +120,19 @@ def register(csub: Any) -> None:
                    help="each put's body (default %(default)s)")
     p.add_argument("--consumer", action="store_true",
                    help="a consumer consumes while the producers produce (default: none)")
+    p.add_argument("--slave-ahead-policy", choices=SLAVE_AHEAD_POLICIES, default="reject",
+                   help="what a master does when a slave reports more than it has: reject "
+                   "(default, RocketMQ 4.9.3+), trust or truncate (as `dlab chaos run`)")
+    p.add_argument("--ha-ship-limit", choices=SHIP_LIMITS, default="wrote",
+                   help="ship bytes up to the master's written (default) or flushed position")
+    p.add_argument("--failover", action="store_true",
+                   help="after a crash of the master, fail over instead of restarting it in "
+                   "place: promote each running slave in turn (one run each), or in controller "
+                   "mode await the controller's election; the old master rejoins as a slave "
+                   "(default: restart in place)")
+    p.add_argument("--ha-mode", choices=HA_MODES, default="classic",
+                   help="classic (default) or controller: a controller elects the master "
+                   "(SYNC_MASTER then means allAckInSyncStateSet, ASYNC_MASTER no wait)")
     p.add_argument("--emulate", action="append", default=[], metavar="BUG",
                    help="re-introduce a known bug or planted fault on every node (see `dlab "
                    "chaos bugs`), e.g. planted-ack-before-fsync; repeatable (default: none)")

@@ -48,7 +48,9 @@ SPARK_TASK_RUNS = 8  # runs per Spark task: a run is a few hundredths of a CPU s
 
 @dataclass(frozen=True)
 class Task:
-    """One crash run: at event `event`, crash `target`, leaving disk state `index`."""
+    """One crash run: at event `event`, crash `target`, leaving disk state
+    `index`; then `promote` takes over (ExploreOptions.promotions: "" for
+    a restart in place)."""
 
     event: int
     target: str
@@ -56,28 +58,31 @@ class Task:
     nodes: tuple[str, ...]
     state: CrashState
     expect: str
+    promote: str = ""
 
     @property
     def name(self) -> str:
-        return f"explore-e{self.event:04d}-{self.target}-d{self.index:03d}"
+        over = f"-to-{self.promote}" if self.promote else ""
+        return f"explore-e{self.event:04d}-{self.target}-d{self.index:03d}{over}"
 
     def record(self, opts: ExploreOptions) -> dict[str, Any]:
         """What the run's params.json says of it (`explore`): enough to run it again."""
-        return {"options": opts.to_json(), "event": self.event, "target": self.target,
-                "nodes": list(self.nodes), "state_index": self.index,
-                "state": disk_states.to_json(self.state), "expect": self.expect}
+        rec = {"options": opts.to_json(), "event": self.event, "target": self.target,
+               "nodes": list(self.nodes), "state_index": self.index,
+               "state": disk_states.to_json(self.state), "expect": self.expect}
+        return {**rec, "promote": self.promote} if self.promote else rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Task:
         return cls(int(rec["event"]), str(rec["target"]), int(rec["state_index"]),
                    tuple(rec["nodes"]), disk_states.from_json(rec["state"]),
-                   str(rec["expect"]))
+                   str(rec["expect"]), str(rec.get("promote", "")))
 
 
 @dataclass
 class Counts:
     crash_points: int = 0
-    states: int = 0  # distinct disk states explored (one run each)
+    states: int = 0  # distinct disk states explored (one run each, or one per promotion)
     pruned: int = 0  # disk states dropped as equivalent to one explored
     cut: int = 0  # distinct states past --max-disk-states, not explored
     runs: int = 0
@@ -87,10 +92,12 @@ class Counts:
 
 def crash_run(opts: ExploreOptions, task: Task, out_dir: str) -> ExploreRun:
     """The run of `task` (not yet executed), writing under `out_dir`."""
-    plan = CrashPlan(task.event, task.target, task.nodes, task.state, task.expect)
+    plan = CrashPlan(task.event, task.target, task.nodes, task.state, task.expect,
+                     task.promote)
     return ExploreRun(opts.run_config(task.name, out_dir), plan=plan,
                       limit=opts.max_disk_states, sector_bytes=opts.sector_bytes,
-                      fsync_s=opts.fsync_ms / 1000, explore_record=task.record(opts))
+                      fsync_s=opts.fsync_ms / 1000, explore_record=task.record(opts),
+                      after=opts.after_load())
 
 
 def reference(opts: ExploreOptions, out_dir: str) -> ExploreRun:
@@ -98,7 +105,8 @@ def reference(opts: ExploreOptions, out_dir: str) -> ExploreRun:
     run = ExploreRun(opts.run_config("explore-reference", out_dir), plan=None,
                      limit=opts.max_disk_states, sector_bytes=opts.sector_bytes,
                      fsync_s=opts.fsync_ms / 1000,
-                     explore_record={"options": opts.to_json(), "reference": True})
+                     explore_record={"options": opts.to_json(), "reference": True},
+                     after=opts.after_load())
     run.execute()
     return run
 
@@ -125,9 +133,10 @@ def tasks_of(opts: ExploreOptions, ref: ExploreRun, counts: Counts) -> list[Task
             counts.pruned += found.pruned
             counts.cut += found.cut
             nodes = ref.target_nodes(target)
-            out += [Task(event.index, target, i, nodes, state, event.label())
-                    for i, state in enumerate(found.states)]
-    counts.states = len(out)
+            counts.states += len(found.states)
+            out += [Task(event.index, target, i, nodes, state, event.label(), promote)
+                    for i, state in enumerate(found.states)
+                    for promote in opts.promotions(nodes, ref.initial_slaves)]
     return out
 
 
@@ -168,7 +177,7 @@ def run_task(opts: ExploreOptions, task: Task, out: str) -> dict[str, Any]:
     verdict = judge(run_dir)
     row: dict[str, Any] = {"event": task.event, "label": task.expect, "target": task.target,
                            "state_index": task.index, "state": disk_states.to_json(task.state),
-                           **verdict}
+                           "promote": task.promote, "promoted": run.promoted, **verdict}
     if verdict["kinds"]:
         case = os.path.join(out, "cases", os.path.basename(run_dir))
         shutil.rmtree(case, ignore_errors=True)
@@ -242,8 +251,8 @@ def explore(opts: ExploreOptions, out: str, *, workers: int,
     counts = Counts()
     tasks = tasks_of(opts, ref, counts)
     log(f"{opts.mode}: {counts.crash_points} crash points x {', '.join(opts.targets)}: "
-        f"{counts.states} disk states to run ({counts.pruned} pruned as equivalent, "
-        f"{counts.cut} past --max-disk-states {opts.max_disk_states})")
+        f"{counts.states} disk states, {len(tasks)} runs ({counts.pruned} pruned as "
+        f"equivalent, {counts.cut} past --max-disk-states {opts.max_disk_states})")
     shown = [0]
 
     def progress(done: int) -> None:

@@ -17,23 +17,35 @@ crash of each target could leave there (chaos/explore/disk_states.py). A
 crash run kills its target nodes right after its event, as a power cut:
 each crashed disk becomes the chosen state (MemoryDisk.crash(kept=...)),
 nothing drawn; the node that was running the event's code is unwound there
-(SimulatedCrash), as a `crash` failpoint does. The end of the run is every
-sim run's: the downed nodes restarted and recovered, replication settled,
-the stores read back.
+(SimulatedCrash), as a `crash` failpoint does.
+
+When the load ends the crashed nodes restart and recover; with a load
+after the restart (`after`), the run waits until the master has heard
+from every running slave again (each accepted, rejected as ahead, or told
+to truncate: RESTART_WAIT_S at most), then the producers send that many
+more puts to the recovered cluster, answered and judged as the others
+(their history rows follow the first phase's). Its events are no crash
+points. The end of the run is every sim run's: replication settled, the
+stores read back.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.explore import disk_states
 from chaos.explore.disk_states import CrashState, States
+from chaos.explore.workload import ELECTED
 from chaos.harness.run_config import RunConfig
-from chaos.sim.cluster import OWNER, SimCluster, SimulatedCrash
+from chaos.harness.scenarios import Action
+from chaos.harness.workload import Workload, WorkloadConfig
+from chaos.sim.cluster import OWNER, SimCluster, SimSender, SimulatedCrash
 from chaos.sim.run import SimRun
 from cluster.backends.interface import NodeState
+from ha.master import SlaveLink
 from store.sim.loop import VirtualTimeLoop
 from store.sim.memory_disk import NO_FAULTS, Kept
 
@@ -46,6 +58,10 @@ FAILPOINT_EVENTS = {
     "after_put_answered": "answer-sent",
 }
 TARGETS = ("master", "slave", "both")
+# At most this long (simulated) for the master to hear from its slaves
+# after the restart: a slave's reconnect backoff is at most 5 s (ha/config.py).
+RESTART_WAIT_S = 10.0
+POLL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,10 @@ class CrashPlan:
     nodes: tuple[str, ...]
     state: CrashState
     expect: str = ""  # the event's label in the reference run ("" : not checked)
+    # When the load ends: "" the crashed nodes restart in place; a slave's
+    # name: it is promoted by hand (classic); ELECTED: the controller's
+    # election is awaited (controller mode). The old master then rejoins.
+    promote: str = ""
 
 
 @dataclass
@@ -96,7 +116,8 @@ class ExploreRun(SimRun):
 
     def __init__(self, cfg: RunConfig, *, plan: CrashPlan | None, limit: int,
                  sector_bytes: int = disk_states.SECTOR_BYTES, fsync_s: float | None = None,
-                 explore_record: Mapping[str, Any] | None = None) -> None:
+                 explore_record: Mapping[str, Any] | None = None,
+                 after: tuple[WorkloadConfig, float] | None = None) -> None:
         super().__init__(cfg)
         # Nothing drawn at a crash: the states are chosen (the torn-write
         # probability is the one draw the sim run makes for its disks).
@@ -109,6 +130,8 @@ class ExploreRun(SimRun):
         self.probe = Probe(plan, self._event)
         # Per event (reference run): target -> the states a crash there leaves.
         self.states: list[dict[str, States]] = []
+        self.after = after  # the load after the restart and how long it runs
+        self.after_history: list[dict[str, Any]] = []
 
     def target_nodes(self, target: str) -> tuple[str, ...]:
         return tuple(self._targets(target))
@@ -138,9 +161,79 @@ class ExploreRun(SimRun):
         n.disk.observe = on_disk
         n.node.failpoints.observe = on_failpoint
 
+    @property
+    def promoted(self) -> str | None:
+        """The node promoted in the crashed master's place (None: none)."""
+        return self.master if self.old_master is not None else None
+
     async def _end_phase(self, cluster: SimCluster) -> None:
         self.probe.armed = False  # the load is over: the clean stops are no crash points
+        plan = self.crash_plan
+        promote = plan.promote if plan is not None and self.probe.crashed is not None else ""
+        if promote:
+            await self._take_over(cluster, promote)
+        if self.after is not None or promote:
+            await self._restart_crashed(cluster)
+        if self.after is not None:
+            await self._load_after(cluster, *self.after)
         await super()._end_phase(cluster)
+
+    async def _take_over(self, cluster: SimCluster, promote: str) -> None:
+        """The failover of a crashed master: `promote` (a running slave)
+        promoted by hand, as a scenario's promote step does; or in
+        controller mode the controller's election, awaited (its heartbeat
+        timeout, a scan). Either is recorded as a `promote` fault."""
+        t = cluster.clock.wall_ms()
+        if promote == ELECTED:
+            await self._await_election(cluster, t)
+        else:
+            await self._failover_step(cluster, Action.PROMOTE, promote, t)
+
+    async def _restart_crashed(self, cluster: SimCluster) -> None:
+        """The crashed nodes restart and recover (as the end phase would
+        restart them; after a failover they rejoin as slaves), and the
+        master hears from every running slave."""
+        since = cluster.clock.wall_ms()
+        restarted = [n for n in self.nodes if cluster.nodes[n].state is NodeState.STOPPED
+                     and n not in self.lost]
+        for name in restarted:
+            await self._start(cluster, name, "start", cluster.clock.wall_ms(),
+                              "explore: restarted after the crash")
+        deadline = cluster.loop.time() + RESTART_WAIT_S
+        while not self._heard(cluster, set(restarted), since) and cluster.loop.time() < deadline:
+            await asyncio.sleep(POLL_S)
+
+    def _heard(self, cluster: SimCluster, restarted: set[str], since_ms: int) -> bool:
+        """The route's master serves and has heard from every running slave
+        (a restarted one since `since_ms`): each is connected, rejected as
+        ahead, truncating or diverged, none still on its way back."""
+        master = cluster.master
+        node = cluster.nodes[master].node if master is not None else None
+        if node is None or node.ha_master is None:
+            return False
+        links = {link.slave: link for link in node.ha_master.status()}
+        for name in self.nodes:
+            if name == master or cluster.nodes[name].state is not NodeState.RUNNING:
+                continue
+            link = links.get(name)
+            if link is None or link.state is SlaveLink.DISCONNECTED or (
+                    name in restarted and link.last_report_ms < since_ms):
+                return False
+        return True
+
+    async def _load_after(self, cluster: SimCluster, config: WorkloadConfig,
+                          duration_s: float) -> None:
+        """The puts after the restart, to the route's master; their rows
+        numbered after the first phase's (_write joins them)."""
+        workload = Workload(config, SimSender(cluster), seed=self.plan.workload_seed + 1,
+                            node=self.acting_master, run_tag=f"s{self.cfg.seed}-after",
+                            clock_ns=cluster.loop.wall_ns, monotonic=cluster.loop.time)
+        self.after_history = await workload.run(duration_s)
+
+    def _write(self, cluster: SimCluster, history: list[dict[str, Any]], *args: Any) -> None:
+        first = len(history)
+        after = [{**row, "op_id": first + row["op_id"]} for row in self.after_history]
+        super()._write(cluster, [*history, *after], *args)
 
     def _seen(self, node: str, kind: str, detail: str, at_ms: int) -> None:
         probe = self.probe

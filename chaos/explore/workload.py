@@ -11,6 +11,7 @@ from chaos.harness.run_config import MASTER_ROLES, Backend, KeepStores, RunConfi
 from chaos.harness.scenarios import Scenario
 from chaos.harness.workload import WorkloadConfig
 from cluster.node.role import Role
+from ha.config import HAMode, ShipLimit, SlaveAheadPolicy
 from store.config import FlushMode
 from store.emulate import SWITCHES
 
@@ -25,6 +26,12 @@ TAIL_S = 0.5
 # holds a hundred puts of the default size (more roll, as on any node).
 SEGMENT_BYTES = 64 * 1024
 MAX_MESSAGE_BYTES = SEGMENT_BYTES - 512
+# Options that came after the first explorations, at the value those had:
+# to_json leaves an option out at this value, from_json reads it back.
+LEGACY: dict[str, Any] = {"puts_after": 0, "slave_ahead_policy": "reject",
+                          "ha_ship_limit": "wrote", "failover": False, "ha_mode": "classic"}
+# A task's `promote` in controller mode: the controller elects, whoever it is.
+ELECTED = "elected"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,10 +55,32 @@ class ExploreOptions:
     fsync_ms: float = 5.0
     targets: tuple[str, ...] = ("master", "slave", "both")
     events: tuple[int, ...] = field(default=())  # only these crash points (empty: every one)
+    # Puts after the crashed nodes restarted and the master heard from its
+    # slaves again (None: half of `puts`; 0: none, the load ends with the
+    # first phase).
+    puts_after: int | None = None
+    # What a master does with a slave's report beyond its end, and how far
+    # it ships: the chaos run options of the same names (RunConfig).
+    slave_ahead_policy: SlaveAheadPolicy = SlaveAheadPolicy.REJECT
+    ha_ship_limit: ShipLimit = ShipLimit.WROTE
+    # After a crash of the master, fail over instead of restarting it in
+    # place: a slave is promoted (classic: by hand, one run per running
+    # slave; controller mode: the controller elects) and the old master
+    # rejoins as a slave.
+    failover: bool = False
+    # Controller mode: a controller elects the master; SYNC_MASTER is
+    # allAckInSyncStateSet (a put waits for every member), ASYNC_MASTER the
+    # defaults (no wait).
+    ha_mode: HAMode = HAMode.CLASSIC
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "flush", FlushMode(self.flush))
+        object.__setattr__(self, "slave_ahead_policy", SlaveAheadPolicy(self.slave_ahead_policy))
+        object.__setattr__(self, "ha_ship_limit", ShipLimit(self.ha_ship_limit))
+        object.__setattr__(self, "ha_mode", HAMode(self.ha_mode))
+        if self.puts_after is None:
+            object.__setattr__(self, "puts_after", self.puts // 2)
 
     def validate(self) -> ExploreOptions:
         if self.role not in MASTER_ROLES:
@@ -63,9 +92,12 @@ class ExploreOptions:
         if self.body_bytes > MAX_MESSAGE_BYTES:
             raise ValueError(f"--body-bytes {self.body_bytes}: at most {MAX_MESSAGE_BYTES} "
                              "(the exploration's segments are 64 KiB)")
-        if self.puts > 1000:
-            raise ValueError(f"--puts {self.puts}: an exhaustive exploration grows with the "
-                             "puts' events; give at most 1000")
+        if self.after < 0:
+            raise ValueError(f"--puts-after must be 0 or more, got {self.puts_after}")
+        if self.puts > 1000 or self.after > 1000:
+            raise ValueError(f"--puts {self.puts}, --puts-after {self.puts_after}: an "
+                             "exhaustive exploration grows with the puts' events; give at "
+                             "most 1000 each")
         if not 0.01 <= self.fsync_ms <= 1000:
             raise ValueError(f"--fsync-ms {self.fsync_ms}: give 0.01 to 1000 ms")
         if self.sector_bytes < 1:
@@ -82,9 +114,25 @@ class ExploreOptions:
     def mode(self) -> str:
         return f"{self.role}-{self.flush}"
 
+    @property
+    def after(self) -> int:
+        """The puts after the restart (puts_after, resolved)."""
+        assert self.puts_after is not None  # set in __post_init__
+        return self.puts_after
+
     def to_json(self) -> dict[str, Any]:
+        """The options as params.json's `explore` records them. An option
+        at the value every exploration had before the option existed is
+        left out (LEGACY), so a case recorded then replays byte for byte."""
+        doc = self._json()
+        return {k: v for k, v in doc.items() if k not in LEGACY or LEGACY[k] != v}
+
+    def _json(self) -> dict[str, Any]:
         return {"role": str(self.role), "flush": str(self.flush), "puts": self.puts,
-                "producers": self.producers, "slaves": self.slaves,
+                "puts_after": self.puts_after, "producers": self.producers, "slaves": self.slaves,
+                "slave_ahead_policy": str(self.slave_ahead_policy),
+                "ha_ship_limit": str(self.ha_ship_limit), "failover": self.failover,
+                "ha_mode": str(self.ha_mode),
                 "body_bytes": self.body_bytes, "consumer": self.consumer,
                 "emulate": sorted(self.emulate), "seed": self.seed,
                 "max_disk_states": self.max_disk_states, "sector_bytes": self.sector_bytes,
@@ -93,7 +141,7 @@ class ExploreOptions:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ExploreOptions:
-        fields = dict(doc)
+        fields = {**LEGACY, **doc}
         for name in ("emulate", "targets", "events"):
             fields[name] = tuple(fields.get(name, ()))
         return cls(**fields).validate()
@@ -110,7 +158,33 @@ class ExploreOptions:
         node_args = ("--max-message-size", str(MAX_MESSAGE_BYTES))
         return RunConfig(scenario=scenario, role=self.role, flush=self.flush, seed=self.seed,
                          out_dir=out_dir, backend=Backend.SIM, slaves=self.slaves,
+                         slave_ahead_policy=self.slave_ahead_policy,
+                         ha_ship_limit=self.ha_ship_limit, ha_mode=self.ha_mode,
+                         all_ack_in_sync_state_set=(self.ha_mode is HAMode.CONTROLLER
+                                                    and self.role is Role.SYNC_MASTER),
                          workload=workload, emulate=self.emulate, sim_duration_s=duration,
                          segment_size_bytes=SEGMENT_BYTES, master_args=node_args,
                          slave_args=node_args,
                          keep_stores=KeepStores.ALL).validate()
+
+    def promotions(self, crashed: tuple[str, ...], slaves: tuple[str, ...]) -> tuple[str, ...]:
+        """Who takes over after a crash of `crashed`, one run each: "" (the
+        crashed nodes restart in place) unless --failover and the master
+        crashed; then each slave still running (classic), or whoever the
+        controller elects (ELECTED); "" when no slave is left running."""
+        if not self.failover or "master" not in crashed:
+            return ("",)
+        running = tuple(s for s in slaves if s not in crashed)
+        if not running:
+            return ("",)
+        return (ELECTED,) if self.ha_mode is HAMode.CONTROLLER else running
+
+    def after_load(self) -> tuple[WorkloadConfig, float] | None:
+        """The load after the restart (None: none): puts_after puts at
+        the same rate, and how long it runs (their time and the tail)."""
+        if not self.after:
+            return None
+        workload = WorkloadConfig(producers=self.producers, rate_per_s=RATE_PER_S,
+                                  body_min_bytes=self.body_bytes, body_max_bytes=self.body_bytes,
+                                  max_ops=self.after)
+        return workload, self.after / (self.producers * RATE_PER_S) + TAIL_S

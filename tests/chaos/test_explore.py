@@ -1,8 +1,10 @@
 """`dlab chaos explore`: every crash point of a small sim workload, every
 target and disk state. A planted bug (an ack before its fsync) is found at
 its first crash point and today's code breaks no promise there; SYNC_FLUSH's
-window (a slave ahead of a crashed master) is found; the counts add up; a
-case replays byte for byte; bad input is refused with exit 2."""
+window (a slave ahead of a crashed master) is found; the puts after the
+restart find rmq-3349 (and nothing without them or without the switch);
+the counts add up; a case replays byte for byte; bad input is refused with
+exit 2."""
 
 from __future__ import annotations
 
@@ -14,15 +16,25 @@ import pytest
 
 from chaos.check.run_dirs import load_run
 from chaos.cli import main
+from chaos.commands.bugs import judge_run
 from chaos.commands.replay import differing_files, tree_hashes
 from chaos.explore import disk_states
-from chaos.explore.explorer import SLAVE_AHEAD, VIOLATION, explore, reference
+from chaos.explore.explorer import (
+    DIVERGENCE,
+    SLAVE_AHEAD,
+    VIOLATION,
+    Task,
+    crash_run,
+    explore,
+    judge,
+    reference,
+)
 from chaos.explore.replay import replay_case
 from chaos.explore.run import Event
-from chaos.explore.workload import ExploreOptions
+from chaos.explore.workload import ELECTED, ExploreOptions
 from chaos.report.run_pages import crash_point_section
-from chaos.schema import load_json_file
-from store.emulate import PLANTED_ACK_BEFORE_FSYNC
+from chaos.schema import load_json_file, read_jsonl
+from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_3349
 from store.sim.memory_disk import Kept, MemoryDisk
 
 PLANTED = (PLANTED_ACK_BEFORE_FSYNC,)
@@ -109,6 +121,181 @@ def test_sync_flush_leaves_a_slave_ahead_of_a_master_crashed_before_its_fsync(
     assert counts.findings[VIOLATION] == 0
 
 
+# ------------------------------------------------- puts after the restart
+# rmq-3349's mode: the master's lazy ASYNC_FLUSH loses what its slave holds.
+RMQ_3349_MODE: dict[str, object] = {"role": "SYNC_MASTER", "flush": "ASYNC_FLUSH",
+                                    "targets": ("master",)}
+
+
+def test_puts_after_default_to_half_the_puts_and_old_cases_had_none() -> None:
+    assert ExploreOptions(puts=6).puts_after == 3
+    assert ExploreOptions(puts=7, puts_after=0).puts_after == 0
+    doc = ExploreOptions(puts_after=0).to_json()
+    assert "puts_after" not in doc  # as a case recorded before the option says it
+    assert ExploreOptions.from_json(doc).puts_after == 0
+    assert ExploreOptions.from_json(ExploreOptions().to_json()).puts_after == 3
+    with pytest.raises(ValueError, match="--puts-after must be 0 or more"):
+        ExploreOptions(puts_after=-1).validate()
+
+
+def test_puts_after_the_restart_find_rmq_3349_and_only_with_its_switch(
+        tmp_path: Path) -> None:
+    events = _events(tmp_path, emulate=(RMQ_3349,), **RMQ_3349_MODE)
+    # The second answer: the master's crash there loses two records its
+    # slave holds, which the first puts after the restart fit under.
+    point = [e.index for e in events if e.label() == "master answer-sent"][1]
+
+    def run(name: str, **opts: object) -> tuple[int, list[dict[str, object]]]:
+        options = ExploreOptions(events=(point,), **{**RMQ_3349_MODE, **opts})  # type: ignore[arg-type]
+        counts, findings = explore(options.validate(), str(tmp_path / name), workers=1,
+                                   log=lambda s: None)
+        assert counts.runs >= 1 and counts.findings[SLAVE_AHEAD] == counts.runs
+        return counts.findings[VIOLATION], findings
+
+    found, findings = run("with", emulate=(RMQ_3349,))
+    assert found >= 1
+    for f in (f for f in findings if VIOLATION in f["kinds"]):
+        case = str(tmp_path / "with" / str(f["case"]))
+        assert (judge_run(case)["replica_violations"] or 0) >= 1  # the corpus's verdict
+        acked_after = [r for r in read_jsonl(os.path.join(case, "history.jsonl"))
+                       if "-after-" in r["msg_id"] and r["status"] == "PUT_OK"]
+        assert acked_after  # acknowledged by the restarted master
+    assert run("no-load-after", emulate=(RMQ_3349,), puts_after=0)[0] == 0
+    assert run("no-switch")[0] == 0
+
+
+def test_the_puts_after_a_slave_restarts_wait_for_it_to_be_back(tmp_path: Path) -> None:
+    opts = ExploreOptions(targets=("slave",)).validate()
+    ref = reference(opts, str(tmp_path / "ref"))
+    event = _first(ref.probe.events, "master answer-sent")
+    task = Task(event, "slave", 0, ref.target_nodes("slave"),
+                ref.states[event]["slave"].states[0], ref.probe.events[event].label())
+    rows = read_jsonl(os.path.join(crash_run(opts, task, str(tmp_path / "run")).execute(),
+                                   "history.jsonl"))
+    after = [r for r in rows if "-after-" in r["msg_id"]]
+    assert [r["op_id"] for r in rows] == list(range(len(rows)))
+    # SYNC_MASTER answers PUT_OK only once its slave has them: it was back.
+    assert len(after) == 3 and {r["status"] for r in after} == {"PUT_OK"}
+
+
+# ------------------------------------------- slave-ahead policy, ship limit
+def test_the_slave_ahead_policy_decides_what_the_puts_after_leave(tmp_path: Path) -> None:
+    """A slave ahead of its restarted master (SYNC_FLUSH's window): rejected,
+    it keeps its tail and the master's puts after the restart write other
+    records at those offsets (divergence); told to truncate, it cuts its
+    tail and follows (no divergence)."""
+    applied = _first(_events(tmp_path), "slave1 ship-applied")
+
+    def run(policy: str) -> dict[str, int]:
+        opts = ExploreOptions(events=(applied,), targets=("master",), slave_ahead_policy=policy)
+        counts, _ = explore(opts.validate(), str(tmp_path / policy), workers=1,
+                            log=lambda s: None)
+        assert counts.runs > 0 and counts.findings[SLAVE_AHEAD] == counts.runs
+        return counts.findings
+
+    assert run("reject")[DIVERGENCE] > 0
+    assert run("truncate")[DIVERGENCE] == 0
+
+
+def test_shipping_only_flushed_bytes_leaves_no_slave_ahead(tmp_path: Path) -> None:
+    def ahead(limit: str) -> int:
+        events = _events(tmp_path / limit, ha_ship_limit=limit)
+        applied = tuple(e.index for e in events if e.label() == "slave1 ship-applied")
+        opts = ExploreOptions(events=applied, targets=("master",), ha_ship_limit=limit)
+        counts, _ = explore(opts.validate(), str(tmp_path / limit / "out"), workers=2,
+                            log=lambda s: None)
+        assert counts.runs > 0
+        return counts.findings[SLAVE_AHEAD]
+
+    assert ahead("wrote") > 0
+    assert ahead("flushed") == 0
+
+
+# ---------------------------------------------------------------- failover
+def test_a_failover_promotes_each_running_slave_in_turn() -> None:
+    classic = ExploreOptions(failover=True, slaves=2)
+    slaves = ("slave1", "slave2")
+    assert classic.promotions(("master",), slaves) == slaves
+    assert classic.promotions(("master", "slave1"), slaves) == ("slave2",)
+    assert classic.promotions(("slave1",), slaves) == ("",)  # the master did not crash
+    assert ExploreOptions(failover=True).promotions(("master", "slave1"), ("slave1",)) == ("",)
+    assert ExploreOptions(failover=True, ha_mode="controller").promotions(
+        ("master",), slaves) == (ELECTED,)
+    assert ExploreOptions().promotions(("master",), slaves) == ("",)
+
+
+def test_with_two_slaves_each_master_crash_state_runs_once_per_promoted_slave(
+        tmp_path: Path) -> None:
+    opts = ExploreOptions(failover=True, slaves=2, targets=("master", "slave"),
+                          events=(0, 1), puts_after=0).validate()
+    counts, _ = explore(opts, str(tmp_path / "out"), workers=2, log=lambda s: None)
+    ref = reference(opts, str(tmp_path / "ref"))
+    master = sum(len(ref.states[e]["master"].states) for e in (0, 1))
+    slave = sum(len(ref.states[e]["slave"].states) for e in (0, 1))
+    assert counts.states == master + slave
+    assert counts.runs == 2 * master + slave
+
+
+# rmq-3349/failover's shape: an old master that flushed a record it had not
+# shipped rejoins the slave promoted in its place. A fast disk puts the
+# master's flush before its ship.
+FAILOVER_3349: dict[str, object] = {"role": "SYNC_MASTER", "flush": "SYNC_FLUSH",
+                                    "fsync_ms": 0.1, "failover": True, "targets": ("master",)}
+
+
+def test_a_failover_finds_rmq_3349_failover_and_its_case_replays(tmp_path: Path) -> None:
+    events = _events(tmp_path, emulate=(RMQ_3349,), **FAILOVER_3349)
+    shipped = _first(events, "master ship-sent")
+    point = next(e.index for e in events if e.index > shipped and e.node == "master"
+                 and e.kind == "fsync")
+
+    def run(name: str, **opts: object) -> tuple[dict[str, int], list[dict[str, object]]]:
+        options = ExploreOptions(events=(point,), **{**FAILOVER_3349, **opts})  # type: ignore[arg-type]
+        counts, findings = explore(options.validate(), str(tmp_path / name), workers=1,
+                                   log=lambda s: None)
+        assert counts.runs >= 1
+        return counts.findings, findings
+
+    found, findings = run("with", emulate=(RMQ_3349,))
+    assert found[VIOLATION] >= 1
+    case = str(tmp_path / "with" / str(next(f for f in findings if VIOLATION in f["kinds"])
+                                       ["case"]))
+    faults = [(r["kind"], r["node"]) for r in read_jsonl(os.path.join(case, "faults.jsonl"))]
+    assert faults[:3] == [("kill", "master"), ("promote", "slave1"), ("rejoin", "master")]
+    assert (judge_run(case)["replica_violations"] or 0) >= 1
+    with open(os.path.join(case, "params.json"), encoding="utf-8") as f:
+        record = json.load(f)["explore"]
+    assert record["promote"] == "slave1"
+    again = replay_case(record, str(tmp_path / "again"))
+    assert differing_files(case, again.run_dir) == []
+    without, _ = run("without")
+    # The old master is ahead of the promoted slave and rejected: no ack
+    # believes it.
+    assert without[VIOLATION] == 0 and without[SLAVE_AHEAD] >= 1
+
+
+def test_in_controller_mode_the_controller_elects_and_the_old_master_follows(
+        tmp_path: Path) -> None:
+    opts = ExploreOptions(ha_mode="controller", role="SYNC_MASTER", flush="ASYNC_FLUSH",
+                          failover=True, targets=("master",)).validate()
+    ref = reference(opts, str(tmp_path / "ref"))
+    # A late answer: the slave holds what the master had, they share an epoch.
+    event = [e.index for e in ref.probe.events if e.label() == "master answer-sent"][-1]
+    task = Task(event, "master", 0, ("master",), ref.states[event]["master"].states[0],
+                ref.probe.events[event].label(), ELECTED)
+    run = crash_run(opts, task, str(tmp_path / "run"))
+    run_dir = run.execute()
+    assert run.promoted == "slave1"
+    faults = [(r["kind"], r["node"], r["detail"])
+              for r in read_jsonl(os.path.join(run_dir, "faults.jsonl"))]
+    assert ("promote", "slave1", "elected by the controller") in faults
+    assert any(kind == "rejoin" and node == "master" for kind, node, _ in faults)
+    after = [r for r in read_jsonl(os.path.join(run_dir, "history.jsonl"))
+             if "-after-" in r["msg_id"]]
+    assert after and {r["node"] for r in after} == {"slave1"}
+    assert judge(run_dir)["kinds"] == []
+
+
 # ------------------------------------------------------------------ counts
 def test_the_counts_add_up_and_explore_json_says_them(tmp_path: Path) -> None:
     opts = ExploreOptions(events=(0, 1, 2, 3)).validate()
@@ -173,6 +360,9 @@ def test_a_case_replays_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixt
     (("--emulate", "no-such-bug"), "unknown bug 'no-such-bug'"),
     (("--events", "x-3"), "crash point numbers"),
     (("--body-bytes", "100000"), "--body-bytes 100000"),
+    (("--puts-after", "-1"), "--puts-after must be 0 or more"),
+    (("--slave-ahead-policy", "believe"), "invalid choice: 'believe'"),
+    (("--ha-mode", "dledger"), "invalid choice: 'dledger'"),
 ])
 def test_bad_input_is_refused_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           args: tuple[str, ...], words: str) -> None:
