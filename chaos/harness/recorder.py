@@ -83,10 +83,16 @@ class RunRecorder:
         })
         self.log(f"  fault {kind} {node or ''} {detail or ''}".rstrip())
 
-    def close_fault(self, kind: str, node: str, end: int) -> None:
-        """End the latest open fault of `kind` on `node` (a pause at its resume)."""
+    def close_fault(self, kind: str, node: str, end: int, *, peer: str | None = None,
+                    detail: str | None = None) -> None:
+        """End the latest open fault of `kind` on `node` (a pause at its
+        resume); with `peer` or `detail`, the one with that peer or detail
+        (a partition of one of a node's links: a node's, or the controller's,
+        which has no peer and says so in its detail)."""
         for f in reversed(self.faults):
-            if f["kind"] == kind and f["node"] == node and f["end_ms"] is None:
+            if (f["kind"] == kind and f["node"] == node and f["end_ms"] is None
+                    and (peer is None or f["peer"] == peer)
+                    and (detail is None or f["detail"] == detail)):
                 f["end_ms"] = end
                 return
 

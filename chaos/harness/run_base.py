@@ -20,10 +20,14 @@ from chaos.harness.plan import RunPlan, plan_run
 from chaos.harness.recorder import RunRecorder
 from chaos.harness.run_config import RunConfig
 from chaos.schema import CONSUMER_NODE
-from cluster.backends.interface import NodeSpec
+from cluster.backends.interface import CONTROLLER_NAME, NodeSpec
 from cluster.node.role import Role
 
 MASTER = "master"
+
+# A partition's detail when it cuts the master from the controller, which
+# is no node of the run: the fault names no peer.
+CONTROLLER_CUT = "from the controller (it cannot hear the master's heartbeats)"
 
 
 class ChaosRun(Protocol):
@@ -118,6 +122,24 @@ class RunBase:
         offsets = {f: before[f] for f in followers if f != name and f in before}
         if name in before and offsets:
             self.record.slave_ahead(now_ms, name, before[name], offsets)
+
+    def _record_partition(self, a: str, b: str, t: int) -> None:
+        """Node `a` cut from node `b`, or from the controller (CONTROLLER_NAME)."""
+        if b == CONTROLLER_NAME:
+            self.record.fault("partition", a, t, detail=CONTROLLER_CUT)
+        else:
+            self.record.fault("partition", a, t, peer=b)
+
+    def _record_heal(self, a: str, b: str, t: int, closed_ms: int, detail: str | None) -> None:
+        """The cut of `a` from `b` (a node, or CONTROLLER_NAME) ended at
+        `closed_ms`; the heal step at `t`. `detail`: why (the end of the run)."""
+        if b == CONTROLLER_NAME:
+            self.record.close_fault("partition", a, closed_ms, detail=CONTROLLER_CUT)
+            self.record.fault("heal", a, t, end=t, detail=f"{detail}: the controller" if detail
+                              else "the controller")
+        else:
+            self.record.close_fault("partition", a, closed_ms, peer=b)
+            self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
 
     def _lost_node(self, name: str) -> None:
         self.lost.add(name)

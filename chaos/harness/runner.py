@@ -51,6 +51,7 @@ from chaos.harness.settle import TIMED_OUT, SettleWatch
 from chaos.harness.workload import TOPIC, Sender, Workload, with_retries
 from chaos.schema import CONSUMER_NODE
 from cluster.backends.interface import (
+    CONTROLLER_NAME,
     BackendError,
     ClusterBackend,
     ClusterSpec,
@@ -134,10 +135,13 @@ class Run(RunBase):
         rng = self._damage_rng()
         if step.action is Action.PARTITION:  # the master-slave links
             master = self.acting_master
-            for s in self.slaves:
-                backend.partition(master, s)
-                self.state.partitioned.add((master, s))
-                self.record.fault("partition", master, t, peer=s)
+            peers = list(self.slaves)
+            if step.target == "master_and_controller" and self.controller is not None:
+                peers.append(CONTROLLER_NAME)  # its link proxy to the controller
+            for peer in peers:
+                backend.partition(master, peer)
+                self.state.partitioned.add((master, peer))
+                self._record_partition(master, peer, t)
             return
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(backend, t, None)
@@ -201,8 +205,7 @@ class Run(RunBase):
         for a, b in sorted(self.state.partitioned | self.state.replaced):
             if (a, b) in self.state.partitioned:
                 backend.heal(a, b)
-            self.record.close_fault("partition", a, now_ms())
-            self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
+            self._record_heal(a, b, t, now_ms(), detail)
         self.state.partitioned.clear()
         self.state.replaced.clear()
 

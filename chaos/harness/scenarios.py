@@ -422,8 +422,8 @@ _add(Scenario(
     "power-cut the master while the slave is paused, resume the slave; it is elected "
     "(controller mode) or promoted after the operator's delay, and the old master "
     "rejoins with its own disk, holding a tail the new master never got",
-    # A pause, not a partition: the local backend runs a controller-mode
-    # cluster without link proxies. The pause (3-4 s, under the 15 s a
+    # A pause, not a partition: the compose backend cuts no link in
+    # controller mode (the local one does). The pause (3-4 s, under the 15 s a
     # SyncStateSet keeps a member that lags) leaves the slave a member, so
     # it is the one the controller elects once it heartbeats again; what
     # the master shipped into the paused slave's socket before its power

@@ -16,13 +16,14 @@ import contextvars
 import weakref
 from typing import Any
 
+# The controller's name as one end of a partition, the backends' own.
+from cluster.backends.interface import CONTROLLER_NAME
 from cluster.controller.core import ControllerCore, ControllerPersistError
 from cluster.controller.servicer import ControllerServicer
 from cluster.controller.state_file import ControllerStateFile
 from ha.controller.config import ControllerConfig
 from store.sim.memory_disk import MemoryDisk
 
-CONTROLLER_NAME = "controller"
 CONTROLLER_ADDRESS = "10.0.0.100:9876"
 STATE_DIR = "/controller"
 # RocketMQ's scanNotActiveBrokerInterval is 5 s; the sim's runs are

@@ -166,10 +166,6 @@ def _capturing(handler: _LogCapture) -> Iterator[None]:
         logger.propagate = propagate
 
 
-# A partition's detail when it cuts the master from the controller.
-CONTROLLER_CUT = "from the controller (it cannot hear the master's heartbeats)"
-
-
 class SimRun(RunBase):
     """One chaos run on the sim backend; writes the same result directory
     as chaos/harness/runner.py's Run (chaos/schema.py), with backend=sim, through
@@ -346,13 +342,12 @@ class SimRun(RunBase):
         rng = self._damage_rng()
         if step.action is Action.PARTITION:  # the master-slave links
             master = self.acting_master
-            for s in self.slaves:
-                cluster.partition(master, s)
-                self.record.fault("partition", master, t, peer=s)
+            peers = list(self.slaves)
             if step.target == "master_and_controller" and cluster.controller is not None:
-                # The controller is no node of the run: no peer, said in the detail.
-                cluster.partition(master, CONTROLLER_NAME)
-                self.record.fault("partition", master, t, detail=CONTROLLER_CUT)
+                peers.append(CONTROLLER_NAME)
+            for peer in peers:
+                cluster.partition(master, peer)
+                self._record_partition(master, peer, t)
             return
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(cluster, t, None)
@@ -398,13 +393,7 @@ class SimRun(RunBase):
     def _heal_all(self, cluster: SimCluster, t: int, detail: str | None) -> None:
         for a, b in sorted(cluster.partitions()):
             cluster.heal(a, b)
-            self.record.close_fault("partition", a, t)
-            if b == CONTROLLER_NAME:
-                self.record.fault("heal", a, t, end=t,
-                                  detail=f"{detail}: the controller" if detail else
-                                  "the controller")
-            else:
-                self.record.fault("heal", a, t, peer=b, end=t, detail=detail)
+            self._record_heal(a, b, t, t, detail)
 
     async def _failover_step(self, cluster: SimCluster, action: Action, name: str,
                              t: int) -> None:

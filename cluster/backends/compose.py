@@ -640,7 +640,14 @@ class ComposeBackend(ControllerSteps):
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
         check_name(state, a)
         check_name(state, b)
-        self._refuse_links(state)
+        if state.get("controller"):
+            # A slave reaches whichever master the controller names on the
+            # cluster's networks; cutting one pair of containers would need
+            # a network (or a proxy) per pair, which this backend does not
+            # make. The local backend does (cluster/backends/controller_links.py).
+            raise BackendError("partition and heal are for classic mode on compose (its "
+                               "controller-mode nodes reach each other directly, with no link "
+                               "of the backend's to cut); the local backend cuts them")
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "

@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.backends.failover_steps import FailoverSteps
-from cluster.backends.interface import BackendError, ClusterSpec, NodeInfo
+from cluster.backends.interface import CONTROLLER_NAME, BackendError, ClusterSpec, NodeInfo
 from cluster.backends.state_dir import check_name
 from cluster.controller.client import ControllerClient
 from cluster.controller.server import CONTROLLER_SERVICE
@@ -40,6 +40,9 @@ def check_controller_spec(spec: ClusterSpec) -> None:
     """A controller-mode spec every node of which is in controller mode."""
     if any(ns.ha_mode is not spec.master.ha_mode for ns in spec.nodes):
         raise BackendError("controller mode: every node must have --ha-mode controller")
+    if any(ns.name == CONTROLLER_NAME for ns in spec.nodes):
+        raise BackendError(f"controller mode: no node may be called {CONTROLLER_NAME!r} "
+                           "(`partition NODE controller` names the controller)")
 
 
 class ControllerSteps(FailoverSteps):
@@ -177,10 +180,3 @@ class ControllerSteps(FailoverSteps):
                 f"controller elect --address {state['controller']['address']} --token-file "
                 f"{self._path('token')} --broker ID` (ids: `dlab controller status`)")
 
-    @staticmethod
-    def _refuse_links(state: dict[str, Any]) -> None:
-        """Controller mode has no replication link of the backend's to cut."""
-        if state.get("controller"):
-            raise BackendError("a controller-mode cluster has no link proxies (a slave "
-                               "reaches whichever master the controller names directly): "
-                               "partition and heal are for classic mode so far")

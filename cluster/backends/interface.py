@@ -44,6 +44,11 @@ class NodeState(enum.StrEnum):
 # at its next start; backends read it to report the node as REFUSED.
 REFUSAL_FILE = "refused"
 
+# Controller mode: the controller as one end of a link, in `partition` and
+# `heal` (`dlab cluster partition master controller`); no node may be
+# called so in that mode. The sim's controller answers to it too.
+CONTROLLER_NAME = "controller"
+
 
 def read_refusal(path: str) -> str | None:
     """The message of a refusal file, or None when there is none."""
@@ -83,14 +88,17 @@ class NodeSpec:
     def node_args(self, *, data_dir: str, listen: str, master: str | None, token_file: str,
                   refusal_file: str | None = None, repair_from: tuple[str, ...] = (),
                   slaves: tuple[str, ...] = (), controller: str | None = None,
-                  advertise: str | None = None) -> list[str]:
+                  advertise: str | None = None,
+                  peer_addresses: tuple[tuple[str, str], ...] = ()) -> list[str]:
         """Arguments after `dlab node` (no secrets on the command line: the
         token is read from a file). `refusal_file`: where the node says why
         it refused to start; `repair_from`: replicas a master repairs from;
         `slaves`: a master's slaves by name (its stream limit counts them,
         ha/config.py); `controller`, `advertise` (controller mode): the
         controller's address, and the node's own as the controller and its
-        peers reach it when that is not `listen`."""
+        peers reach it when that is not `listen`; `peer_addresses`
+        (controller mode): (name, address) of the other nodes where this one
+        reaches them instead of the address they advertise (link proxies)."""
         args = [
             "--name", self.name,
             "--role", self.role.value,
@@ -112,6 +120,8 @@ class NodeSpec:
                 args += ["--all-ack-in-sync-state-set"]
             if advertise:
                 args += ["--advertise", advertise]
+            for peer, address in peer_addresses:
+                args += ["--peer-address", f"{peer}={address}"]
         elif master:
             args += ["--master", master]
         if self.failpoints:
@@ -201,7 +211,9 @@ class ClusterBackend(Protocol):
     def restart(self, name: str, *, timeout_s: float = 60.0) -> NodeInfo: ...
     def pause(self, name: str) -> None: ...  # SIGSTOP / docker pause
     def resume(self, name: str) -> None: ...
-    def partition(self, a: str, b: str) -> None: ...  # cut the replication link a-b
+    # Cut the link a-b (classic: the master and a slave; controller mode:
+    # any two nodes, or a node and CONTROLLER_NAME; compose: classic only).
+    def partition(self, a: str, b: str) -> None: ...
     def heal(self, a: str, b: str) -> None: ...
     def set_failpoints(self, name: str, spec: str) -> None: ...  # applies from next start
     # applies from the next start (how a node that refused is started again)

@@ -13,9 +13,14 @@ leaves its store as a power cut would: before it restarts or the cluster
 goes down, every byte no completed fsync covered is discarded
 (ClusterDir._power_cut in cluster/backends/state_dir.py, store/log/durable_mark.py).
 
+In controller mode every node reaches every other, and the controller,
+through a link proxy of its own (cluster/backends/controller_links.py), so
+`partition` cuts any pair of nodes, or a node from the controller.
+
 Layout of DIR (see cluster/backends/interface.py): cluster.json, token (0600),
 nodes/NAME/data (the store), nodes/NAME/node.log, proxies/NAME.json and
-proxies/NAME.log (the link proxy of slave NAME).
+proxies/NAME.log (the link proxy of slave NAME; in controller mode
+proxies/FROM.TO.json and .log, FROM's link to TO).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import time
 from typing import Any
 
+from cluster.backends import controller_links
 from cluster.backends.controller_mode import ControllerSteps, check_controller_spec
 from cluster.backends.dir_files import append_no_link, write_token
 from cluster.backends.failover import (
@@ -157,8 +163,7 @@ class LocalBackend(ControllerSteps):
         """Proxies, then the slaves, then the master once the slaves serve:
         a master that recovers with corruption_policy repair fetches from
         its slaves before it listens itself (cluster/node/repair.py)."""
-        for name in state["proxies"]:
-            self._start_proxy(state, name)
+        self._start_proxies(state, list(state["proxies"]))
         refusals: list[NodeRefusedError] = []
         for group in (spec.slaves, (spec.master,)):
             for ns in group:
@@ -178,27 +183,37 @@ class LocalBackend(ControllerSteps):
     # log DIR/controller.log, loopback, the cluster token) elects the
     # master; it publishes DIR/route.json at every change of master
     # (cluster/controller/route_publisher.py), so the backend writes no
-    # route of its own. Nodes reach each other directly (no link proxies:
-    # a slave follows whichever address the controller names).
+    # route of its own. Every node reaches the others and the controller
+    # through link proxies (cluster/backends/controller_links.py): a node
+    # follows the master the controller names through its own proxy to it
+    # (`dlab node --peer-address`), so a partition cuts one pair of nodes.
     def _up_controller_mode(self, spec: ClusterSpec, deadline: float) -> list[NodeInfo]:
         ctl = spec.controller or ControllerSpec()
         check_controller_spec(spec)
-        ports = free_ports(len(spec.nodes) + 1)
+        names = [ns.name for ns in spec.nodes]
+        n_nodes = len(names)
+        ports = free_ports(n_nodes + 1 + controller_links.links_needed(n_nodes))
         started = time.time_ns() // 1_000_000
+        controller_port = ports[n_nodes]
         state: dict[str, Any] = {
             "version": STATE_VERSION, "backend": self.name, "master": spec.master.name,
             "started_ms": started, "nodes": {}, "proxies": {},
-            "controller": {"port": ports[-1], "address": f"{HOST}:{ports[-1]}",
+            "controller": {"port": controller_port, "address": f"{HOST}:{controller_port}",
                            "pid": None, "start_time": None, "starts": 0,
                            "settings": dataclasses.asdict(ctl)},
         }
         for i, ns in enumerate(spec.nodes):
             state["nodes"][ns.name] = self._new_node_entry(ns, ports[i])
+        state["proxies"] = controller_links.plan_links(
+            names, state["controller"]["address"], HOST, ports[n_nodes + 1:],
+            {n: v["address"] for n, v in state["nodes"].items()})
         # A route left by an earlier cluster in DIR names its addresses.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(ROUTE_FILE))
         self._save(state)
         try:
+            self._start_proxies(state, list(state["proxies"]))
+            self._save(state)
             self._start_controller(state, deadline)
             self._save(state)
             # The first broker to ask is elected (a new broker set's first
@@ -267,25 +282,37 @@ class LocalBackend(ControllerSteps):
                 **c["settings"]}
 
     def _start_proxy(self, state: dict[str, Any], name: str) -> None:
-        p = state["proxies"][name]
-        state_file = self._path("proxies", f"{name}.json")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(state_file)
-        cmd = [self.python, "-m", "cluster.backends.proxy", "--listen", f"{HOST}:{p['port']}",
-               "--target", p["target"], "--state-file", state_file]
-        if p["cut"]:
-            cmd.append("--cut")
-        proc = self._children.spawn(cmd, log_path=self._path("proxies", f"{name}.log"),
-                                    env=node_env())
-        p["pid"], p["start_time"] = proc.pid, proc.start_time
-        deadline = time.monotonic() + 15
-        while not os.path.exists(state_file):
-            if self._children.state(proc) == "gone":
-                raise BackendError(f"link proxy for {name} exited at start: "
-                                   f"{_tail(self._path('proxies', f'{name}.log'))}")
-            if time.monotonic() > deadline:
-                raise BackendError(f"link proxy for {name} did not start within 15 s")
-            time.sleep(0.01)
+        self._start_proxies(state, [name])
+
+    def _start_proxies(self, state: dict[str, Any], keys: list[str]) -> None:
+        """Start the link proxies `keys` (of state["proxies"]: a slave's
+        name, or FROM.TO in controller mode) at once, and wait until each
+        has written its state file (it listens)."""
+        started = []
+        for key in keys:
+            p = state["proxies"][key]
+            state_file = self._path("proxies", f"{key}.json")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(state_file)
+            cmd = [self.python, "-m", "cluster.backends.proxy", "--listen",
+                   f"{HOST}:{p['port']}", "--target", p["target"], "--state-file", state_file]
+            if p["cut"]:
+                cmd.append("--cut")
+            proc = self._children.spawn(cmd, log_path=self._path("proxies", f"{key}.log"),
+                                        env=node_env())
+            p["pid"], p["start_time"] = proc.pid, proc.start_time
+            started.append((key, proc, state_file))
+        # Python's start on a loaded machine: a second or more each, in parallel.
+        deadline = time.monotonic() + 15 + len(keys)
+        for key, proc, state_file in started:
+            while not os.path.exists(state_file):
+                if self._children.state(proc) == "gone":
+                    raise BackendError(f"link proxy {key} exited at start: "
+                                       f"{_tail(self._path('proxies', f'{key}.log'))}")
+                if time.monotonic() > deadline:
+                    raise BackendError(f"link proxy {key} did not start in time; see "
+                                       f"{self._path('proxies', f'{key}.log')}")
+                time.sleep(0.01)
 
     def _spawn_node(self, state: dict[str, Any], name: str) -> None:
         n = state["nodes"][name]
@@ -293,6 +320,11 @@ class LocalBackend(ControllerSteps):
         if (proxy is not None and proxy["pid"] is not None
                 and self._children.state(_pid(proxy)) == "gone"):
             self._start_proxy(state, name)  # someone ended it: the link comes back as it was
+        controller = state["controller"]["address"] if state.get("controller") else None
+        if controller is not None:  # this node's links, and the others' to it, likewise
+            self._start_proxies(state, [
+                k for k, p in state["proxies"].items() if name in (p["from"], p["to"])
+                and p["pid"] is not None and self._children.state(_pid(p)) == "gone"])
         self._power_cut(state, name)  # it died since (a crash failpoint), or was killed
         ns = dataclasses.replace(spec_from_dict(n["spec"]), failpoints=n["failpoints"])
         # A master repairs from its slaves (a slave from its master, by default).
@@ -301,9 +333,12 @@ class LocalBackend(ControllerSteps):
         # A master is told its slaves' names: its HA stream limit counts them.
         slaves = tuple(k for k, v in state["nodes"].items()
                        if k != name and v.get("master_via")) if not n["master_via"] else ()
-        controller = state["controller"]["address"] if state.get("controller") else None
-        if controller is not None:  # any node may be elected: every other is its peer
-            peers = tuple(v["address"] for k, v in state["nodes"].items() if k != name)
+        peer_addresses: tuple[tuple[str, str], ...] = ()
+        if controller is not None:
+            # Any node may be elected: every other is its peer, reached (as
+            # the controller is) through this node's link proxy to it.
+            controller, peer_addresses = controller_links.node_routes(state, name, HOST)
+            peers = tuple(address for _, address in peer_addresses)
             slaves = tuple(k for k in state["nodes"] if k != name)
         refusal = self._path("nodes", name, REFUSAL_FILE)
         with contextlib.suppress(FileNotFoundError):
@@ -311,7 +346,8 @@ class LocalBackend(ControllerSteps):
         args = ns.node_args(data_dir=self._path("nodes", name, "data"),
                             listen=n["address"], master=n["master_via"],
                             token_file=self._path("token"), refusal_file=refusal,
-                            repair_from=peers, slaves=slaves, controller=controller)
+                            repair_from=peers, slaves=slaves, controller=controller,
+                            peer_addresses=peer_addresses)
         log_path = self._path("nodes", name, "node.log")
         with open(append_no_link(log_path), "ab") as f:
             f.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} dlab cluster: starting {name} "
@@ -345,7 +381,11 @@ class LocalBackend(ControllerSteps):
         if refused:
             node_state, extra["refused"] = NodeState.REFUSED, refused
         node_state = self._lost_state(state, name, node_state, extra)
-        if name in state["proxies"]:
+        if state.get("controller"):
+            cut = controller_links.cut_from(state, name)
+            extra["partitioned"] = bool(cut)
+            extra["cut_from"] = cut
+        elif name in state["proxies"]:
             p = state["proxies"][name]
             extra["master_via"] = n["master_via"]
             extra["partitioned"] = bool(p["cut"])
@@ -427,15 +467,20 @@ class LocalBackend(ControllerSteps):
             if not self._children.wait_state(proc, {"running", "gone"}, 10):
                 raise BackendError(f"node {name} did not continue after SIGCONT")
 
-    def _link(self, state: dict[str, Any], a: str, b: str) -> str:
+    def _links(self, state: dict[str, Any], a: str, b: str) -> list[str]:
+        """The link proxies a partition of a and b cuts: classic, the
+        slave's (the link runs between the master and each slave);
+        controller mode, both directions of the pair, or the node's link to
+        the controller (cluster/backends/controller_links.py)."""
+        if state.get("controller"):
+            return controller_links.links_between(state, a, b)
         check_name(state, a)
         check_name(state, b)
-        self._refuse_links(state)
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
                                f"the master ({master}) and each slave")
-        return b if a == master else a
+        return [b if a == master else a]
 
     def partition(self, a: str, b: str) -> None:
         self._set_cut(a, b, True)
@@ -446,20 +491,21 @@ class LocalBackend(ControllerSteps):
     def _set_cut(self, a: str, b: str, cut: bool) -> None:
         with self._locked():
             state = self._load()
-            slave = self._link(state, a, b)
-            p = state["proxies"][slave]
-            proc = _pid(p)
-            if not self._children.signal(proc, signal.SIGUSR1 if cut else signal.SIGUSR2):
-                raise BackendError(f"the link proxy of {slave} is not running; "
-                                   "restart the cluster (down, up)")
-            state_file = self._path("proxies", f"{slave}.json")
+            keys = self._links(state, a, b)
+            for key in keys:  # signalled together, confirmed below
+                if not self._children.signal(_pid(state["proxies"][key]),
+                                             signal.SIGUSR1 if cut else signal.SIGUSR2):
+                    raise BackendError(f"the link proxy of {key} is not running; restart the "
+                                       "cluster (down, up)")
             deadline = time.monotonic() + 10
-            while _read_json(state_file).get("cut") is not cut:
-                if time.monotonic() > deadline:
-                    raise BackendError(f"the link proxy of {slave} did not confirm the "
-                                       f"{'cut' if cut else 'heal'}")
-                time.sleep(0.005)
-            p["cut"] = cut
+            for key in keys:
+                state_file = self._path("proxies", f"{key}.json")
+                while _read_json(state_file).get("cut") is not cut:
+                    if time.monotonic() > deadline:
+                        raise BackendError(f"the link proxy of {key} did not confirm the "
+                                           f"{'cut' if cut else 'heal'}")
+                    time.sleep(0.005)
+                state["proxies"][key]["cut"] = cut
             self._save(state)
 
     # ------------------------------------------------------------ failover

@@ -136,8 +136,10 @@ def register_cluster(sub: Any) -> None:
                            help="change the node's corruption policy from this start on "
                                 "(e.g. for a node that refused to start)")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.node))
-    for action, help_text in (("partition", "cut the replication link between A and B"),
-                              ("heal", "restore the link between A and B")):
+    for action, help_text in (
+            ("partition", "cut the link between A and B: the master and a slave; in controller "
+                          "mode any two nodes (both ways), or a node and `controller`"),
+            ("heal", "restore the link between A and B")):
         a = csub.add_parser(action, help=help_text)
         a.add_argument("a")
         a.add_argument("b")
@@ -277,6 +279,8 @@ _HARNESS_OPTIONS = {
                     "node its address",
     "--advertise": "in controller mode each node gives the controller the address its peers "
                    "reach it at (on compose, its service name)",
+    "--peer-address": "in controller mode each local node reaches the others through its link "
+                      "proxies, which `cluster partition` cuts",
 }
 
 
@@ -356,7 +360,9 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     for r in rows:
         st = r.get("status", {})
         link = ""
-        if r.get("partitioned"):
+        if r.get("cut_from"):
+            link = f"CUT FROM {','.join(r['cut_from'])} "
+        elif r.get("partitioned"):
             link = "PARTITIONED "
         if st.get("master"):
             m = st["master"]

@@ -76,6 +76,11 @@ def register_node(sub: Any) -> None:
     c.add_argument("--advertise", type=address, metavar="HOST:PORT",
                    help="the address the controller and the other nodes reach this node at "
                    "(default: --listen; set it when listening on 0.0.0.0, e.g. in a container)")
+    c.add_argument("--peer-address", type=peer_address, action="append", default=[],
+                   metavar="NAME=HOST:PORT",
+                   help="reach broker NAME at HOST:PORT when the controller names it master, "
+                   "instead of the address it advertises (repeatable; the local backend's "
+                   "link proxies, which `dlab cluster partition` cuts; default: none)")
     p.add_argument("--failpoints", default="",
                    help="name=crash|delay:MS@N,... (default: none armed)")
     add_corruption_policy(p)
@@ -179,9 +184,19 @@ def node_config_from_args(args: argparse.Namespace, *, token: str | None = None)
                           ha=ha, failpoints=args.failpoints, repair_from=tuple(args.repair_from),
                           consumer_offset_sync_interval_ms=args.consumer_offset_sync_ms,
                           controller=args.controller, priority=args.priority,
-                          advertise=args.advertise).validate()
+                          advertise=args.advertise,
+                          peer_addresses=tuple(args.peer_address)).validate()
     except ConfigError as exc:
         raise UserError(as_options(str(exc), NODE_OPTIONS)) from None
+
+
+def peer_address(text: str) -> tuple[str, str]:
+    """--peer-address NAME=HOST:PORT as (NAME, HOST:PORT)."""
+    name, sep, addr = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=HOST:PORT, e.g. "
+                                         "slave1=127.0.0.1:7101")
+    return name, address(addr)
 
 
 def emulate_arg(values: list[str]) -> frozenset[str]:

@@ -78,19 +78,26 @@ class PutAnswer:
         replicas = ha if rules.sync_master else None
         plan = (plan_replica_wait(results, replicas.best_acked(), rules)
                 if replicas is not None else NO_REPLICA_WAIT)
-        # The slaves' acks when the replica wait was satisfied: what its
-        # answer relied on (the slave may be gone by the time the flush is),
-        # taken by the HA side at that very moment.
-        seen: list[list[SlaveAck]] = []
+        # Controller mode: the quorum the batch was planned with. A put that
+        # waits for no slave is answered after its flush, by when the
+        # SyncStateSet (so the quorum) may have grown: its evidence says
+        # what it waited for, not what a later put would.
+        planned = _quorum(ha)
+        # The slaves' acks and the quorum when the replica wait was
+        # satisfied: what its answer relied on (the slave may be gone, the
+        # set changed, by the time the flush is), taken by the HA side at
+        # that very moment.
+        seen: list[tuple[list[SlaveAck], Quorum | None]] = []
         # Resolved by the HA reader's callbacks: it progresses while the
         # flush is waited for (the two run in parallel).
-        replica = (replicas.wait_replicated(plan.wait_end, seen.append)
+        replica = (replicas.wait_replicated(
+                       plan.wait_end, lambda acks: seen.append((acks, _quorum(replicas))))
                    if replicas is not None and plan.wait_end is not None else None)
 
         def finish(flush_status: PutStatus, replica_status: PutStatus) -> None:
             try:
                 batch.deliver(self._answer(results, plan, flush_status, replica_status, rules,
-                                           seen[0] if seen else None))
+                                           planned, seen[0] if seen else None))
             except Exception as exc:
                 batch.fail(results, exc)
 
@@ -102,7 +109,7 @@ class PutAnswer:
                     finish(flush_status, replica.result())
                 else:
                     batch.deliver(self._answer(results, plan, flush_status, PutStatus.PUT_OK,
-                                               rules),
+                                               rules, planned),
                                   only=lambda mine: answered_before_replica(plan, mine))
                     replica.add_done_callback(lambda f: finish(flush_status, _replica_status(f)))
             except Exception as exc:
@@ -111,11 +118,12 @@ class PutAnswer:
         _flush_wait(store, max(ends), flushed)
 
     def _answer(self, results: list[PutResult], plan: ReplicaPlan, flush_status: PutStatus,
-                replica_status: PutStatus, rules: SyncMasterRules,
-                acks_seen: list[SlaveAck] | None = None) -> list[PutResult]:
+                replica_status: PutStatus, rules: SyncMasterRules, planned: Quorum | None,
+                seen: tuple[list[SlaveAck], Quorum | None] | None = None) -> list[PutResult]:
         """The outcomes as they stand now, decided by ha/sync_master.py,
         each PUT_OK with its evidence: the positions now, and the slaves'
-        acks when the replica wait succeeded (`acks_seen`), else now."""
+        acks and quorum when the replica wait succeeded (`seen`), else the
+        acks now and the quorum the batch was `planned` with."""
         store = self._node.store
         assert store is not None
         ha = self._node.ha_master if plan.waits else None
@@ -124,11 +132,11 @@ class PutAnswer:
                              else store.puts.explain(flush_status))
         replica = ReplicaOutcome(replica_status, ha.best_acked() if ha is not None else None)
         # What the answer relied on, read when it is made (ha/evidence.py).
-        acks = (None if ha is None else acks_seen
-                if acks_seen is not None and replica_status is PutStatus.PUT_OK else ha.acks())
+        relied = seen if seen is not None and replica_status is PutStatus.PUT_OK else None
+        acks = None if ha is None else relied[0] if relied is not None else ha.acks()
         return with_evidence(answer(results, plan, flush, replica, rules),
                              wrote=store.log.wrote, flushed=flush.flushed, acks=acks,
-                             quorum=_quorum(self._node.ha_master))
+                             quorum=relied[1] if relied is not None else planned)
 
 
 def _quorum(ha: HAMaster | None) -> Quorum | None:

@@ -172,11 +172,13 @@ class ReplicasManager:
             return
         if not info.master_address:
             return  # the master has not heartbeaten to this controller yet
-        if node.following != info.master_address or node.master_epoch != info.master_epoch:
-            why = await node.become_slave(info.master_address, info.master_epoch)
+        # The address the master advertises, or this node's way to it
+        # (--peer-address: the local backend's link proxy).
+        address = node.config.peer_address(info.master_name, info.master_address)
+        if node.following != address or node.master_epoch != info.master_epoch:
+            why = await node.become_slave(address, info.master_epoch)
             if why is not None:
-                log.info("not following %s (%s) yet: %s", info.master_name,
-                         info.master_address, why)
+                log.info("not following %s (%s) yet: %s", info.master_name, address, why)
 
     async def _refresh_names(self) -> None:
         """Broker ids to names, from the controller's metadata."""

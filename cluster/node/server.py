@@ -107,19 +107,28 @@ class NodeConfig:
     # node listens on a wildcard address (a container: 0.0.0.0:7000, reached
     # as its service name).
     advertise: str | None = None
+    # Controller mode: (name, HOST:PORT) pairs; when the controller names
+    # broker NAME master, this node reaches it at HOST:PORT instead of the
+    # address NAME advertises (the local backend's link proxies, so that a
+    # partition cuts one pair of nodes: docs/design.md, "The controller
+    # process"). Clients and the controller keep the advertised address.
+    peer_addresses: tuple[tuple[str, str], ...] = ()
 
     @property
     def advertised(self) -> str:
         """The address this node gives the controller."""
         return self.advertise or self.listen
 
+    def peer_address(self, name: str, advertised: str) -> str:
+        """Where this node reaches broker `name`, which advertises `advertised`."""
+        return dict(self.peer_addresses).get(name, advertised)
+
     @property
     def controller_mode(self) -> bool:
         return self.ha.ha_mode is HAMode.CONTROLLER
 
     def validate(self) -> NodeConfig:
-        if not self.name or len(self.name) > 64 or not self.name.replace("-", "").replace(
-                "_", "").isalnum():
+        if not _valid_name(self.name):
             raise ConfigError(f"node name {self.name!r}: use 1-64 letters, digits, - or _")
         if self.controller_mode:
             if not self.controller:
@@ -130,9 +139,10 @@ class NodeConfig:
                                   "controller tells a slave its master")
         elif self.controller:
             raise ConfigError("--controller is for --ha-mode controller")
-        elif self.advertise:
-            raise ConfigError("--advertise is for --ha-mode controller (a classic slave is "
-                              "given its master's address by --master)")
+        elif self.advertise or self.peer_addresses:
+            raise ConfigError(f"{'--advertise' if self.advertise else '--peer-address'} is for "
+                              "--ha-mode controller (a classic slave is given its master's "
+                              "address by --master)")
         elif self.role == Role.SLAVE and not self.master:
             raise ConfigError("a SLAVE needs --master HOST:PORT (its master's address)")
         elif self.role != Role.SLAVE and self.master:
@@ -144,6 +154,11 @@ class NodeConfig:
                 if not sep or not host or not port.isdigit() or int(port) > 65535:
                     raise ConfigError(f"{what} {addr!r}: expected HOST:PORT, e.g. "
                                       "127.0.0.1:7001")
+        for peer, addr in self.peer_addresses:
+            host, sep, port = addr.rpartition(":")
+            if (not _valid_name(peer) or not sep or not host or not port.isdigit()
+                    or int(port) > 65535):
+                raise ConfigError(f"--peer-address {peer}={addr}: expected NAME=HOST:PORT")
         if not self.token:
             raise ConfigError("the cluster token is empty")
         for addr in self.repair_from:
@@ -159,6 +174,11 @@ class NodeConfig:
         self.store.validate()
         self.ha.validate()
         return self
+
+
+def _valid_name(name: str) -> bool:
+    """A node name: 1-64 letters, digits, - or _."""
+    return bool(name) and len(name) <= 64 and name.replace("-", "").replace("_", "").isalnum()
 
 
 def server_options(max_message_size_bytes: int) -> list[tuple[str, Any]]:
@@ -658,6 +678,7 @@ class Node:
         d: dict[str, Any] = {"name": cfg.name, "role": cfg.role.value, "listen": cfg.listen,
                              "master": cfg.master, "controller": cfg.controller,
                              "priority": cfg.priority, "data_dir": cfg.data_dir,
+                             "peer_addresses": dict(cfg.peer_addresses),
                              "failpoints": cfg.failpoints, "repair_from": list(cfg.repair_from)}
         d["store"] = {k: _plain(v) for k, v in asdict(cfg.store).items()}
         d["ha"] = {k: _plain(v) for k, v in asdict(cfg.ha).items()}

@@ -240,7 +240,7 @@ def test_a_killed_master_container_is_replaced_by_the_controllers_election(cdir:
     fails("cluster", "promote", other, "--dir", d,
           message="in controller mode the controller elects the master")
     fails("cluster", "partition", str(elected), other, "--dir", d,
-          message="has no link proxies")
+          message="partition and heal are for classic mode on compose")
 
     # The old master, on its own disk: it asks the controller, follows the
     # new master, and ends with the same records.

@@ -142,11 +142,12 @@ def test_controller_elects_the_route_follows_and_the_old_master_rejoins(cdir: st
     consume = node_status(d, str(elected))["consume"]
     assert consume["queues"]["dlab-load/0"] == [0, 150], consume  # type: ignore[index]
 
-    # The operator does not promote in this mode, and there is no link to cut.
+    # The operator does not promote in this mode (partitions:
+    # test_controller_partition.py).
     fails("cluster", "promote", "master", "--dir", d,
           message="in controller mode the controller elects the master")
-    fails("cluster", "partition", str(elected), "master", "--dir", d,
-          message="has no link proxies")
+    fails("cluster", "partition", str(elected), str(elected), "--dir", d,
+          message=f"no link between {elected} and itself")
 
     # The old master, on its own disk: it asks the controller, follows the
     # new master, and ends with the same bytes.

@@ -149,6 +149,13 @@ def test_node_args_that_move_a_nodes_address_are_refused_at_once(tmp_path: Path)
     (["--advertise", "master:7000"], "--advertise is for --ha-mode controller"),
     (["--ha-mode", "controller", "--controller", "127.0.0.1:1", "--advertise", "nohost"],
      "argument --advertise: 'nohost': expected HOST:PORT"),
+    (["--peer-address", "slave1=127.0.0.1:7101"], "--peer-address is for --ha-mode controller"),
+    (["--ha-mode", "controller", "--controller", "127.0.0.1:1", "--peer-address",
+      "127.0.0.1:7101"], "argument --peer-address: '127.0.0.1:7101': expected NAME=HOST:PORT"),
+    (["--ha-mode", "controller", "--controller", "127.0.0.1:1", "--peer-address",
+      "slave1=nohost"], "argument --peer-address: 'nohost': expected HOST:PORT"),
+    (["--ha-mode", "controller", "--controller", "127.0.0.1:1", "--peer-address",
+      "slave/1=127.0.0.1:7101"], "--peer-address slave/1=127.0.0.1:7101: expected NAME=HOST:PORT"),
 ])
 def test_an_advertised_address_outside_controller_mode_or_malformed_is_refused(
         tmp_path: Path, args: list[str], message: str) -> None:
