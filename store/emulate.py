@@ -18,6 +18,11 @@ The switch points say in a comment what the real fix was:
   (RocketMQ 5's epoch file rewritten in place; no upstream issue number.
   Library only so far: no node keeps an epoch file yet, so a node or run
   given this switch behaves as without it)
+- rmq-6703  store/consume/consume_side.py ConsumeSide._recover_confirm_offset
+  (controller mode's confirm offset at open; library only: on this model
+  it cannot differ from the fixed rule in a run, docs/known-bugs.md)
+- rmq-7689  store/consume/consume_side.py ConsumeSide._continue_queue_offsets
+  (controller mode: QUEUEOFFSETs after the confirm offset)
 
 Planted faults are switches of the same kind that re-introduce no
 RocketMQ bug: defects written on purpose to show that the lab catches a
@@ -71,6 +76,8 @@ RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 RMQ_EPOCH_IN_PLACE = "rmq-epoch-in-place"
 RMQ_5663 = "rmq-5663"
+RMQ_6703 = "rmq-6703"
+RMQ_7689 = "rmq-7689"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 PLANTED_CHECKPOINT_BEFORE_FLUSH = "planted-checkpoint-before-flush"
 PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
@@ -95,6 +102,12 @@ RMQ_BUGS: dict[str, str] = {
                         "no fsync, no rename), so a crash can leave it torn or gone",
     RMQ_5663: "controller mode: while a SyncStateSet change is on its way to the "
               "controller, the master acknowledges by the old set, not the union of both",
+    RMQ_6703: "controller mode: abnormal recovery dispatches every record that starts below "
+              "the persisted confirm offset and keeps that offset unless it is past the "
+              "recovered end, even inside a record",
+    RMQ_7689: "controller mode: a restarted master continues QUEUEOFFSETs from its consume "
+              "queues, which stop at the confirm offset, so new messages take the offsets "
+              "of the records after it",
 }
 # Planted faults (not RocketMQ's; see the module docstring).
 PLANTED: dict[str, str] = {
