@@ -44,6 +44,7 @@ from store.emulate import (
     RMQ_3015,
     RMQ_3349,
     RMQ_5663,
+    RMQ_7689,
     RMQ_8239,
     RMQ_10666,
     SWITCHES,
@@ -304,6 +305,44 @@ CORPUS: tuple[Bug, ...] = (
         expected="replica_violations",
         verdict="replica promise violated: PUT_OKs of the last moments before the crash "
                 "that the elected member never received",
+    ),
+    Bug(
+        id=RMQ_7689, thread="apache/rocketmq#7689",
+        title="In controller mode messages may be lost because two share one consume-queue "
+              "offset: a restarted master's queue offsets continue from its consume queues, "
+              "which stop at the confirm offset",
+        reintroduces="a master that takes the role (Node.become_master -> "
+                     "MessageStore.recover_topic_queue_table) continues each queue's "
+                     "QUEUEOFFSET from its consume queue alone "
+                     "(store/consume/consume_side.py _continue_queue_offsets); the records "
+                     "after its confirm offset, not dispatched yet, keep the offsets its "
+                     "next puts then take",
+        real_fix="apache/rocketmq#7690 (5.2.0): ConsumeQueueStore.recoverOffsetTable reads "
+                 "the records from the confirm offset on (compensateForHA) and moves each "
+                 "queue's offset past theirs; they stay unconsumable until confirmed",
+        scenario="master-and-controller-crash-consuming", role="SYNC_MASTER",
+        flush="SYNC_FLUSH", ha_mode="controller", all_ack_in_sync_state_set=True,
+        # Why every run reaches the window. Dispatch stops at the confirm
+        # offset (all-ack: what the slave acked), and the consume queue
+        # keeps its units in memory until its flush, once a second; the
+        # checkpoint keeps the confirm offset at its sync, every 10 s (none
+        # before the kill, 2.5-3.5 s in). The power cut takes the units of
+        # the last flush interval and the recovered confirm offset is below
+        # them, so the restarted master holds records with no unit: the
+        # load's last 0-1 s of puts (SYNC_FLUSH: every acknowledged one is
+        # on its disk) and the ones in flight (appended, not acked). The
+        # controller dies with the master, so it cannot elect the slave
+        # while the master is down (3 s timeout; a restart takes up to
+        # 2.5 s on a loaded machine), and restarted it judges no one until
+        # heard from: the master asks and is elected again with its
+        # SyncStateSet (RocketMQ's restarted master resumes with the set
+        # the controller holds), whose slave has not acked its tail, so the
+        # confirm offset stays below it when the master counts its queue
+        # offsets. Its first puts then take the offsets of those records.
+        workload=WorkloadConfig(producers=4, rate_per_s=50.0),
+        expected="stored_never_delivered",
+        verdict="stored, never delivered: puts the restarted master took first share their "
+                "consume-queue offsets with records from before its crash and get no unit",
     ),
 )
 

@@ -269,6 +269,38 @@ class LocalBackend(FailoverSteps):
                                        f"time; see {log_path}")
                 time.sleep(0.05)
 
+    def kill_controller(self) -> None:
+        """Controller mode: SIGKILL the controller's process (its state file
+        is written durably before every answer, so it loses nothing it
+        answered); no election happens until `start_controller`."""
+        with self._locked():
+            state = self._load()
+            c = state.get("controller")
+            if not c:
+                raise BackendError("this cluster runs no controller (classic mode)")
+            proc = _pid(c)
+            if self._children.state(proc) == "gone":
+                raise BackendError("cannot kill the controller: it is not running")
+            self._children.signal(proc, signal.SIGKILL)
+            if not self._children.wait_state(proc, {"gone"}, 10):
+                raise BackendError(f"the controller (pid {c['pid']}) did not die after SIGKILL")
+
+    def start_controller(self, *, timeout_s: float = 60.0) -> None:
+        """Controller mode: start the controller again on its state
+        directory and address; returns once it serves. A restarted
+        controller judges no broker alive or dead until it hears from it."""
+        with self._locked():
+            state = self._load()
+            c = state.get("controller")
+            if not c:
+                raise BackendError("this cluster runs no controller (classic mode)")
+            if self._children.state(_pid(c)) != "gone":
+                raise BackendError("the controller is already running")
+            try:
+                self._start_controller(state, time.monotonic() + timeout_s)
+            finally:
+                self._save(state)
+
     def _controller_client(self, state: dict[str, Any]) -> Any:
         from cluster.controller.client import ControllerClient
 
