@@ -19,8 +19,9 @@ The switch points say in a comment what the real fix was:
   Library only so far: no node keeps an epoch file yet, so a node or run
   given this switch behaves as without it)
 - rmq-6703  store/consume/consume_side.py ConsumeSide._recover_confirm_offset
-  (controller mode's confirm offset at open; library only: on this model
-  it cannot differ from the fixed rule in a run, docs/known-bugs.md)
+  (controller mode's confirm offset at open; no corpus entry: with this
+  lab's whole-record replication it differs from the fix only after two
+  crashes in a row, and no scenario forces that: docs/known-bugs.md)
 - rmq-7689  store/consume/consume_side.py ConsumeSide._continue_queue_offsets
   (controller mode: QUEUEOFFSETs after the confirm offset)
 

@@ -325,8 +325,9 @@ CORPUS: tuple[Bug, ...] = (
         # Why every run reaches the window. Dispatch stops at the confirm
         # offset (all-ack: what the slave acked), and the consume queue
         # keeps its units in memory until its flush, once a second; the
-        # checkpoint keeps the confirm offset at its sync, every 10 s (none
-        # before the kill, 2.5-3.5 s in). The power cut takes the units of
+        # checkpoint keeps the confirm offset at its sync, every 10 s from
+        # the store's start (none or one before the kill, 2.5-3.5 s into
+        # the load, seconds old). The power cut takes the units of
         # the last flush interval and the recovered confirm offset is below
         # them, so the restarted master holds records with no unit: the
         # load's last 0-1 s of puts (SYNC_FLUSH: every acknowledged one is
