@@ -19,6 +19,7 @@ from store.emulate import RMQ_6703, RMQ_7689
 from store.log.checkpoint import read_checkpoint
 from store.log.record import Message
 from store.store import MessageStore
+from store.tools.inspect import inspect_store
 
 CONTROLLER = TESTING.with_(confirm_offset_by_acks=True)
 
@@ -104,6 +105,8 @@ def test_the_checkpoint_keeps_the_confirm_offset_of_its_last_sync(tmp_path: Path
         s.close_sync()
     cp, _ = read_checkpoint(str(tmp_path / "checkpoint"))
     assert cp is not None and cp.confirm_offset == ends[2]  # a clean close syncs it
+    shown = inspect_store(str(tmp_path)).to_json()["markers"]["checkpoint"]
+    assert shown["confirm_offset"] == ends[2]  # `dlab store inspect` shows it
 
 
 def test_a_classic_store_writes_no_confirm_offset(tmp_path: Path) -> None:
