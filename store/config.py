@@ -102,6 +102,13 @@ class StoreConfig:
     # something fails over to it: its next writes reuse those pages instead
     # of taking fresh memory (CommitLog._drop_pages says why that matters).
     drop_flushed_pages: bool = False
+    # Controller mode (set by the node): consumers read up to the confirm
+    # offset the node sets from its SyncStateSet's acks (RocketMQ 5's
+    # CommitLog.confirmOffset), not up to what this store wrote or flushed;
+    # consume-queue dispatch stops there; the offset is kept in the
+    # checkpoint and recovered at open (store/consume/consume_side.py,
+    # docs/design.md "The confirm offset"). False: classic mode's rule.
+    confirm_offset_by_acks: bool = False
     # What open does about damage in flushed data (CorruptionPolicy).
     corruption_policy: CorruptionPolicy = CorruptionPolicy.REFUSE
     # Known RocketMQ bugs re-introduced on purpose (store/emulate.py); empty:

@@ -24,6 +24,12 @@ The switch points say in a comment what the real fix was:
 - rmq-5663  cluster/node/replicas_manager.py
   ReplicasManager._change_sync_state_set (controller mode: the master
   acknowledges by its old SyncStateSet while a change is on its way)
+- rmq-6703  store/consume/consume_side.py ConsumeSide._recover_confirm_offset
+  (controller mode's confirm offset at open; no corpus entry: with this
+  lab's whole-record replication it differs from the fix only after two
+  crashes in a row, and no scenario forces that: docs/known-bugs.md)
+- rmq-7689  store/consume/consume_side.py ConsumeSide._continue_queue_offsets
+  (controller mode: QUEUEOFFSETs after the confirm offset)
 
 Planted faults are switches of the same kind that re-introduce no
 RocketMQ bug: defects written on purpose to show that the lab catches a
@@ -77,6 +83,8 @@ RMQ_10666 = "rmq-10666"
 RMQ_405 = "rmq-405"
 RMQ_EPOCH_IN_PLACE = "rmq-epoch-in-place"
 RMQ_5663 = "rmq-5663"
+RMQ_6703 = "rmq-6703"
+RMQ_7689 = "rmq-7689"
 PLANTED_ACK_BEFORE_FSYNC = "planted-ack-before-fsync"
 PLANTED_CHECKPOINT_BEFORE_FLUSH = "planted-checkpoint-before-flush"
 PLANTED_DISPATCH_BEFORE_DURABLE = "planted-dispatch-before-durable"
@@ -101,6 +109,12 @@ RMQ_BUGS: dict[str, str] = {
                         "no fsync, no rename), so a crash can leave it torn or gone",
     RMQ_5663: "controller mode: while a SyncStateSet change is on its way to the "
               "controller, the master acknowledges by the old set, not the union of both",
+    RMQ_6703: "controller mode: abnormal recovery dispatches every record that starts below "
+              "the persisted confirm offset and keeps that offset unless it is past the "
+              "recovered end, even inside a record",
+    RMQ_7689: "controller mode: a restarted master continues QUEUEOFFSETs from its consume "
+              "queues, which stop at the confirm offset, so new messages take the offsets "
+              "of the records after it",
 }
 # Planted faults (not RocketMQ's; see the module docstring).
 PLANTED: dict[str, str] = {

@@ -280,7 +280,8 @@ class MessageStore(ConsumeSide, FlushServices):
                 cpf.close()
             raise
         store = cls(path, config, log, lock, report, clock, failpoints, answer=answer)
-        store._attach_queues(queues, offsets, floor, new_lock)
+        store._attach_queues(queues, offsets, floor, new_lock,
+                             persisted_confirm=checkpoint.confirm_offset if checkpoint else None)
         return store
 
 
@@ -438,6 +439,8 @@ class MessageStore(ConsumeSide, FlushServices):
             "cannot_grow": pos.cannot_grow,
             "consume_queue_error": self.queues.write_error,
             "consume_queue_reput_from": self.reput_from,
+            "confirm_offset": (self.confirmed_offset() if self.config.confirm_offset_by_acks
+                               else None),
             "consume_queue_dispatch_error": self.queues.dispatch_error,
             "consume_queue_records_skipped": self.queues.skipped,
             "consumer_offsets_error": self.offsets_error,

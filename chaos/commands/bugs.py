@@ -44,6 +44,7 @@ from store.emulate import (
     RMQ_3015,
     RMQ_3349,
     RMQ_5663,
+    RMQ_7689,
     RMQ_8239,
     RMQ_10666,
     RMQ_EPOCH_IN_PLACE,
@@ -348,6 +349,59 @@ CORPUS: tuple[Bug, ...] = (
         expected="divergent_records",
         verdict="divergence: the old master keeps the tail it stored while its slave was "
                 "paused, at offsets where the elected master holds other records",
+    ),
+    Bug(
+        id=RMQ_7689, thread="apache/rocketmq#7689",
+        title="In controller mode messages may be lost because two share one consume-queue "
+              "offset: a restarted master's queue offsets continue from its consume queues, "
+              "which stop at the confirm offset",
+        reintroduces="a master that takes the role (Node.become_master -> "
+                     "MessageStore.recover_topic_queue_table) continues each queue's "
+                     "QUEUEOFFSET from its consume queue alone "
+                     "(store/consume/consume_side.py _continue_queue_offsets); the records "
+                     "after its confirm offset, not dispatched yet, keep the offsets its "
+                     "next puts then take",
+        real_fix="apache/rocketmq#7690 (5.2.0): ConsumeQueueStore.recoverOffsetTable reads "
+                 "the records from the confirm offset on (compensateForHA) and moves each "
+                 "queue's offset past theirs; they stay unconsumable until confirmed",
+        scenario="master-and-controller-crash-consuming", role="SYNC_MASTER",
+        flush="SYNC_FLUSH", ha_mode="controller", all_ack_in_sync_state_set=True,
+        # Why every run reaches the window. Dispatch stops at the confirm
+        # offset (all-ack: what the slave acked), and the consume queue
+        # keeps its units in memory until its flush, once a second; the
+        # checkpoint keeps the confirm offset at its sync, every 10 s from
+        # the store's start (none or one before the kill, 2.5-3.5 s into
+        # the load, seconds old). The power cut takes the units of
+        # the last flush interval and the recovered confirm offset is below
+        # them, so the restarted master holds records with no unit: the
+        # load's last 0-1 s of puts (SYNC_FLUSH: every acknowledged one is
+        # on its disk) and the ones in flight (appended, not acked). The
+        # controller dies with the master, so it cannot elect the slave
+        # while the master is down (3 s timeout; a restart takes up to
+        # 2.5 s on a loaded machine), and restarted it judges no one until
+        # heard from: the master asks and is elected again with its
+        # SyncStateSet (RocketMQ's restarted master resumes with the set
+        # the controller holds), whose slave has not acked its tail, so the
+        # confirm offset stays below it when the master counts its queue
+        # offsets. Its first puts then take the offsets of those records.
+        # The slave takes only flushed bytes: what it acks (the confirm
+        # offset) and what it serves while the master is down are on the
+        # master's disk, so the power cut takes nothing a consumer read.
+        # Shipping `wrote`, a consumer read a record from the slave that
+        # the master had not fsynced, the slave cut it when it rejoined,
+        # and a new record took its queue offset behind the consumer's: 1
+        # stored-never-delivered in 5 of 200 sim seeds without the switch
+        # (the controller-mode phantom read, docs/design.md). A master
+        # shipping flushed bytes looks for newly flushed ones every flush
+        # interval (ha/master.py: no hook from the group commit): 10 ms, or
+        # each all-ack put waits up to 500 ms for its shipping (8 puts/s
+        # instead of 200).
+        ha_ship_limit="flushed",
+        master_args=("--flush-interval-ms", "10"),
+        workload=WorkloadConfig(producers=4, rate_per_s=50.0),
+        expected="stored_never_delivered",
+        verdict="stored, never delivered: puts the restarted master took first share their "
+                "consume-queue offsets with records from before its crash and get no unit",
     ),
 )
 

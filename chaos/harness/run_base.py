@@ -30,6 +30,12 @@ MASTER = "master"
 CONTROLLER_CUT = "from the controller (it cannot hear the master's heartbeats)"
 
 
+# A master killed or started with the controller (target
+# "master_and_controller" in controller mode): said in its fault's detail
+# (the controller is no node of the run).
+CONTROLLER_KILLED = "with the controller's process (SIGKILL, the controller first)"
+CONTROLLER_STARTED = "after the controller's start"
+
 class ChaosRun(Protocol):
     """A run a command starts (chaos/matrix/launch.py's make_run)."""
 
@@ -91,7 +97,8 @@ class RunBase:
             return [max(live, key=lambda s: ends.get(s, -1))] if live else [self.slaves[0]]
         if target == "consumer":
             return [CONSUMER_NODE]
-        if target == "master":
+        if target in ("master", "master_and_controller"):
+            # (the controller is no node: a runner acts on it beside the master)
             return [self.acting_master]
         if target == "old_master":
             assert self.old_master is not None, "old_master before any promotion"

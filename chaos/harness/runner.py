@@ -44,7 +44,7 @@ from chaos.harness import disk_faults
 from chaos.harness.connect import ROUTE_PREFIX
 from chaos.harness.consumer_proc import ConsumerProcess
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerProcess
-from chaos.harness.run_base import RunBase
+from chaos.harness.run_base import CONTROLLER_KILLED, CONTROLLER_STARTED, RunBase
 from chaos.harness.run_config import RUN_CONTROLLER, RunConfig
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
@@ -146,11 +146,30 @@ class Run(RunBase):
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(backend, t, None)
             return
+        if (step.target == "master_and_controller" and self.controller is not None
+                and step.action in (Action.KILL, Action.START)):
+            self._with_controller(backend, step.action, t)
+            return
         for name in self._targets(step.target, lambda s: self._wrote(backend, s)):
             if name == CONSUMER_NODE:
                 self._consumer_step(step.action, t)
             else:
                 self._node_step(backend, step.action, name, t, rng)
+
+    def _with_controller(self, backend: ClusterBackend, action: Action, t: int) -> None:
+        """Controller mode: kill the controller's process and then the
+        master (no election can follow while the controller is down), or
+        start the controller and then the master (which asks it whom to
+        serve). Recorded on the master's kill and start, the controller
+        named in their detail (it is no node of the run)."""
+        master = self.acting_master
+        if action is Action.KILL:
+            backend.kill_controller()
+            backend.kill(master)
+            self.record.kill(master, t, detail=CONTROLLER_KILLED)
+        else:
+            backend.start_controller()
+            self._start_recorded(backend, master, "start", t, detail=CONTROLLER_STARTED)
 
     def _consumer_step(self, action: Action, t: int) -> None:
         assert self.consumer is not None

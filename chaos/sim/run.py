@@ -58,7 +58,7 @@ from typing import Any
 from chaos.harness import disk_faults
 from chaos.harness.plan import load_s, stream
 from chaos.harness.rogue_peer import OVER_BY, RoguePeerTask
-from chaos.harness.run_base import RunBase
+from chaos.harness.run_base import CONTROLLER_KILLED, CONTROLLER_STARTED, RunBase
 from chaos.harness.run_config import RUN_CONTROLLER, RunConfig, SimDiskFaults
 from chaos.harness.scenarios import Action, Step
 from chaos.harness.settle import TIMED_OUT, SettleWatch
@@ -351,6 +351,18 @@ class SimRun(RunBase):
             return
         if step.action is Action.HEAL:  # every link cut, whoever is master now
             self._heal_all(cluster, t, None)
+            return
+        if (step.target == "master_and_controller" and cluster.controller is not None
+                and step.action in (Action.KILL, Action.START)):
+            # The local runner's twin (chaos/harness/runner.py _with_controller).
+            master = self.acting_master
+            if step.action is Action.KILL:
+                cluster.controller.kill()
+                cluster.kill(master)
+                self.record.kill(master, t, detail=CONTROLLER_KILLED)
+            else:
+                cluster.controller.start()
+                await self._start(cluster, master, "start", t, CONTROLLER_STARTED)
             return
         for name in self._targets(step.target, cluster.wrote):
             if name == CONSUMER_NODE:

@@ -815,6 +815,14 @@ class ComposeBackend(ControllerSteps):
                            max(0.0, deadline - time.monotonic()))
 
     # ---------------------------------------------------------------- down
+    def kill_controller(self) -> None:
+        raise BackendError("the compose backend runs no controller yet (controller mode runs "
+                           "on --backend local or sim)")
+
+    def start_controller(self, *, timeout_s: float = 60.0) -> None:
+        raise BackendError("the compose backend runs no controller yet (controller mode runs "
+                           "on --backend local or sim)")
+
     def down(self) -> None:
         with self._locked():
             state = self._load()

@@ -48,6 +48,7 @@ from cluster.node.wire import (
     peer_host,
 )
 from ha.autoswitch import acks
+from ha.autoswitch import confirm as confirm_rules
 from ha.autoswitch import rejoin as rejoin_rules
 from ha.autoswitch.epoch_file import FILE_NAME as EPOCH_FILE_NAME
 from ha.autoswitch.epoch_file import EpochFile
@@ -240,6 +241,9 @@ class Node:
         self.master_epoch = 0  # controller mode: the epoch served or followed
         self.following: str | None = config.master  # a slave's master address
         self.sync_state_set: frozenset[str] = frozenset()
+        # A SyncStateSet change on its way to the controller (its members
+        # count for acks and the confirm offset until its answer).
+        self._synchronizing: frozenset[str] = frozenset()
         self._role_tasks: list[asyncio.Task[Any]] = []
         self._replicas_manager: Any = None
 
@@ -277,7 +281,10 @@ class Node:
         store_cfg = cfg.store.with_(store_host=(host if host != "0.0.0.0" else "127.0.0.1",
                                                 int(port)),
                                     drop_flushed_pages=(cfg.role == Role.SLAVE
-                                                        and not cfg.controller_mode))
+                                                        and not cfg.controller_mode),
+                                    # Controller mode: consumers read up to the
+                                    # SyncStateSet's confirm offset (_update_confirm).
+                                    confirm_offset_by_acks=cfg.controller_mode)
         repair_from = cfg.repair_from or ((cfg.master,) if cfg.master else ())
         source = (grpc_repair_source(repair_from, cfg.token)
                   if cfg.store.corruption_policy is CorruptionPolicy.REPAIR and repair_from
@@ -470,18 +477,25 @@ class Node:
         epochs.begin_epoch(epoch, store.log.wrote)
         self.failpoints.hit("become_master_after_epoch")
         cfg = self.config
-        if self.ha_master is None:
-            # What it received as a replica has no queue offsets counted yet.
-            store.recover_topic_queue_table()
+        new = self.ha_master is None
+        if new:
             self.ha_master = HAMaster(store, cfg.ha, clock=self.clock,
                                       failpoints=self.failpoints)
-            if self._replicas_manager is not None:
-                self.ha_master.on_ack = self._replicas_manager.on_ack
-            if self.network is not None:
-                self.network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
+            self.ha_master.on_ack = self._on_ack
         self.master_epoch = epoch
         self.following = None
+        # The set first, and the confirm offset from it (RocketMQ's
+        # changeToMaster: changeSyncStateSet, then the HA service's
+        # changeToMaster, which waits for dispatch to reach the confirm
+        # offset and then recovers the queue offset table).
         self.set_sync_state_set(sync_state_set)
+        if new:
+            # What it received as a replica has no queue offsets counted
+            # yet, and what it holds past the confirm offset keeps its own.
+            store.recover_topic_queue_table()
+            if self.network is not None:
+                assert self.ha_master is not None
+                self.network.serve(cfg.listen, self.ha_master.serve, token=cfg.token)
         # The role node status shows: whether puts may wait for a slave.
         self.role = (Role.SYNC_MASTER if cfg.ha.all_ack_in_sync_state_set
                      or cfg.ha.in_sync_replicas > 1 else Role.ASYNC_MASTER)
@@ -496,11 +510,37 @@ class Node:
         controller, whose members count too until its answer."""
         cfg = self.config
         self.sync_state_set = members
-        quorum = acks.quorum(cfg.ha, cfg.name, members | (synchronizing or frozenset()))
+        self._synchronizing = synchronizing or frozenset()
+        quorum = acks.quorum(cfg.ha, cfg.name, members | self._synchronizing)
         if self.ha_master is not None:
             self.ha_master.set_quorum(quorum)
         self._answer.set_rules(replace(SyncMasterRules.of(cfg.ha, sync_master=quorum.waits),
                                        controller=True))
+        self._update_confirm()
+
+    def _on_ack(self, slave: str, acked: int) -> None:
+        """HAMaster's hook after every accepted report: the confirm offset,
+        then the replicas manager's expansion check."""
+        self._update_confirm()
+        if self._replicas_manager is not None:
+            self._replicas_manager.on_ack(slave, acked)
+
+    def _update_confirm(self) -> None:
+        """Controller mode, on the master: the store's confirm offset from
+        the SyncStateSet and the acks (ha/autoswitch/confirm.py)."""
+        store, ha = self.store, self.ha_master
+        if store is None or ha is None or not self.config.controller_mode:
+            return
+        value = confirm_rules.confirm_offset(
+            master=self.config.name, local_set=self.sync_state_set,
+            members=self.sync_state_set | self._synchronizing,
+            acks={a.slave: a.acked for a in ha.acks()}, wrote=store.log.wrote,
+            current=store.confirmed_offset(),
+            all_ack=self.config.ha.all_ack_in_sync_state_set)
+        if value is confirm_rules.FOLLOWS_WRITTEN:
+            store.confirm_written()
+        else:
+            store.set_confirm_offset(value)
 
     async def become_slave(self, master_address: str, epoch: int) -> str | None:
         """Controller mode: follow the master at `master_address` in `epoch`.
@@ -521,8 +561,12 @@ class Node:
                 self.network.unserve(self.config.listen)
             self.ha_master = None
         self.role = Role.SLAVE
-        self.sync_state_set = frozenset()
+        self.sync_state_set = self._synchronizing = frozenset()
         self.following = None
+        # A replica's consumers read what it received (RocketMQ's slave
+        # takes the master's confirm offset, bounded by its own end: the
+        # same for one slave; with two, this reads further).
+        store.confirm_written()
         try:
             status = await self._broker_stub(master_address).Status(
                 broker_pb2.StatusRequest(), metadata=token_metadata(self.config.token),

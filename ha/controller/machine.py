@@ -17,8 +17,10 @@ DefaultElectPolicy and its heartbeat manager:
   live replica. A new master: SyncStateSet = {master}, master epoch + 1,
   SyncStateSet epoch + 1. A live master asked to stay (no other broker
   preferred) stays, unless the master itself asks: a restarted master is
-  elected again in a new epoch. No candidate after the scan found the master down: it is
-  deposed (master None, master epoch + 1) and the SyncStateSet is kept, so a
+  elected again in a new epoch, its SyncStateSet kept (RocketMQ's
+  controller changes nothing then, and its broker resumes with that set).
+  No candidate after the scan found the master down: it is deposed
+  (master None, master epoch + 1) and the SyncStateSet is kept, so a
   member that comes back can be elected; no candidate for a broker's or an
   operator's request changes nothing. The first election of a broker set
   elects the requester.
@@ -131,12 +133,23 @@ def _elect_master(state: ControllerState, request: ElectMaster, now_ms: int,
     if (request.requester is not None and request.requester == state.master
             and state.master in alive and request.preferred in (None, state.master)):
         # The master itself asks: a new process of it (a restart quicker
-        # than the heartbeat timeout). It serves a new epoch, so that a
-        # replica that holds what its old process wrote and it lost cuts
-        # back to what both hold (ha/autoswitch/epochs.py: only a new epoch
-        # at every return of a master keeps the rejoin rule sound).
-        return _install(state, state.master, unclean=False,
-                        reason="the master asked again: a restarted master serves a new epoch")
+        # than the heartbeat timeout, or a controller restarted with it).
+        # It serves a new epoch, so that a replica that holds what its old
+        # process wrote and it lost cuts back to what both hold
+        # (ha/autoswitch/epochs.py: only a new epoch at every return of a
+        # master keeps the rejoin rule sound). Its SyncStateSet stays: in
+        # RocketMQ the controller finds its master alive and changes
+        # nothing, and the restarted broker takes the role with the set the
+        # controller holds (ReplicasManager.changeToMaster); the members
+        # still hold everything acknowledged, and what the master holds
+        # past their acks stays unconfirmed until they have it
+        # (ha/autoswitch/confirm.py; apache/rocketmq#7689 is about that tail).
+        new = replace(state, master_epoch=state.master_epoch + 1)
+        return new, (MasterElected(master=state.master, master_epoch=new.master_epoch,
+                                   sync_state_set_epoch=new.sync_state_set_epoch,
+                                   unclean=False,
+                                   reason="the master asked again: a restarted master serves "
+                                          "a new epoch with its SyncStateSet"),)
     if state.master is not None and state.master in alive and request.preferred in (
             None, state.master):
         return state, (MasterStillAlive(state.master, state.master_epoch),)

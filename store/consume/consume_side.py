@@ -2,6 +2,29 @@
 consume queues (reput), the open-time rebuild, and the reads consumers make
 (queue offsets, get_messages), plus a slave's truncation.
 
+How far consumers may read (`confirmed_offset`):
+- classic mode: `flushed` under SYNC_FLUSH, `wrote` otherwise. Dispatch
+  runs to `wrote`; reads stop at the units whose record ends at or before
+  that bound.
+- controller mode (`StoreConfig.confirm_offset_by_acks`; RocketMQ 5's
+  CommitLog.confirmOffset with allAckInSyncStateSet): the confirm offset,
+  how far every SyncStateSet member acknowledged, which the node sets
+  (ha/autoswitch/confirm.py decides it). Dispatch stops at it, a record
+  at a time (a record ending past it waits: RocketMQ's ReputMessageService
+  bound), and reads serve every unit, as RocketMQ serves its consume
+  queues. It is kept in the checkpoint at every sync
+  (store/log/checkpoint.py) and recovered at open (`_recover_confirm_offset`,
+  apache/rocketmq#6704's rule). On a master whose set is itself alone,
+  and on a slave, it follows `wrote` (`confirm_written`).
+Rules for controller mode:
+- `_dispatch_end() <= wrote`; nothing is dispatched past it except, under
+  --emulate rmq-6703, the one record straddling a recovered offset;
+- the recovered offset is a record boundary at or below the persisted one
+  and at or below the recovered end (when the scan started at or below it);
+- QUEUEOFFSETs continue past every record dispatch has not reached
+  (`_continue_queue_offsets`, apache/rocketmq#7690's compensation), so no
+  two records of a queue share one.
+
 A mixin of MessageStore (store/store.py), which owns the attributes
 declared below.
 """
@@ -14,10 +37,16 @@ import logging
 from collections.abc import Callable
 
 from store.config import FlushMode, StoreConfig
-from store.consume.consumequeue import ConsumeQueues, DispatchError
+from store.consume.consumequeue import ConsumeQueue, ConsumeQueues, DispatchError
 from store.consume.consumer_offsets import ConsumerOffsetTable
 from store.consume.reput import units as reput_units
-from store.emulate import PLANTED_DISPATCH_BEFORE_DURABLE, RMQ_405, RMQ_8239
+from store.emulate import (
+    PLANTED_DISPATCH_BEFORE_DURABLE,
+    RMQ_405,
+    RMQ_6703,
+    RMQ_7689,
+    RMQ_8239,
+)
 from store.failpoints import Failpoints
 from store.log import native as native_codec
 from store.log.commitlog import CommitLog
@@ -45,21 +74,38 @@ class ConsumeSide:
     _executor: FlushExecutor
     _reput_at: int
     _closing: bool
+    # Controller mode (module docstring): the confirm offset, and whether it
+    # follows `wrote` instead.
+    confirm: int
+    _confirm_follows_wrote: bool
+    # Open-time dispatch under --emulate rmq-6703: a record that starts
+    # below the bound and ends past it is dispatched too.
+    _straddle: bool
 
     def _attach_queues(self, queues: ConsumeQueues, offsets: ConsumerOffsetTable,
-                       floor: int, new_lock: Callable[[], StoreLock]) -> None:
+                       floor: int, new_lock: Callable[[], StoreLock],
+                       persisted_confirm: int | None = None) -> None:
         """Re-dispatch what recovery left without units, then let QUEUEOFFSET
-        continue from the queues (they survive restarts; memory does not).
-        `new_lock` is the flush executor's: a stalled dispatch pass holds
-        `_reput_lock` across its stall."""
+        continue from the queues (they survive restarts; memory does not)
+        and past the records not dispatched yet. `new_lock` is the flush
+        executor's: a stalled dispatch pass holds `_reput_lock` across its
+        stall. `persisted_confirm`: the checkpoint's confirm offset
+        (controller mode; None: the page held none)."""
         self.queues = queues
         self.consumer_offsets = offsets
         self._reput_lock = new_lock()
         self._reput_at = queues.reput_start(self.log.min_offset, floor=floor)
         self.log.cold_below = lambda: self._reput_at
         self.reput_from = self._reput_at  # where open-time re-dispatch started
+        self._confirm_follows_wrote = False
+        self._straddle = False
+        self.confirm = self.log.wrote
         try:
-            notes = self._rebuild()
+            if self.config.confirm_offset_by_acks:
+                notes = self._recover_confirm_offset(persisted_confirm)
+                self.log.checkpoint.confirm_source = self.confirmed_offset
+            else:
+                notes = self._rebuild()
         except (DispatchError, CorruptRecordError, OSError) as exc:
             self.log.close()
             queues.close()
@@ -69,8 +115,77 @@ class ConsumeSide:
         if notes:
             self.recovery = dataclasses.replace(
                 self.recovery, problems=self.recovery.problems + notes)
+        self._continue_queue_offsets()
+
+    def _recover_confirm_offset(self, persisted: int | None) -> list[str]:
+        """Controller mode, at open: the confirm offset from the checkpoint
+        (0 when the page holds none, as RocketMQ's reads), then the
+        re-dispatch up to it. Fixed rule (apache/rocketmq#6704, 5.1.1 and
+        later): dispatch the records that END at or below it, and lower it
+        to the end of the last of them, which is the recovered end when it
+        was past that (a crash took the unflushed tail), and the start of
+        the record it falls inside when it does (RocketMQ's HA ships bytes,
+        not records, so acks and the offset can fall inside one). A scan
+        that started above it leaves it as it is (RocketMQ's
+        lastConfirmValidMsgPhyOffset starts at the scanned file). Returns
+        notes for the recovery report."""
+        lo, end = self.log.min_offset, self.log.wrote
+        wanted = max(lo, 0 if persisted is None else persisted)
+        start = self._reput_at
+        if RMQ_6703 in self.config.emulate:
+            # --emulate rmq-6703: before apache/rocketmq#6704 (5.1.0 and the
+            # #6618 code it followed), CommitLog.recoverAbnormally
+            # dispatched every record that STARTS below the confirm offset
+            # (dispatchRequest.getCommitLogOffset() < getConfirmOffset())
+            # and lowered the offset only when it was past the recovered end
+            # (to processOffset). An offset inside a record stays there, and
+            # that record gets its unit although not all of it was
+            # acknowledged. The fix dispatches records that end at or below
+            # the offset and cuts it to the last one's end (the other branch).
+            self.confirm = min(wanted, end)
+            self._straddle = True
+            try:
+                return self._rebuild()
+            finally:
+                self._straddle = False
+        self.confirm = min(wanted, end)
+        notes = self._rebuild()
+        if start <= wanted and self._reput_at < self.confirm:
+            notes.append(f"confirm offset {wanted} from the checkpoint lowered to "
+                         f"{self._reput_at}, the end of the last whole record at or below it")
+            self.confirm = self._reput_at
+        elif wanted > end:
+            notes.append(f"confirm offset {wanted} from the checkpoint lowered to the "
+                         f"recovered end {end}")
+        return notes
+
+    def _continue_queue_offsets(self) -> None:
+        """The QUEUEOFFSET each queue's next record takes: after the queue's
+        units, and after every record dispatch has not reached yet (in
+        controller mode, those past the confirm offset: a restarted master
+        holds records its SyncStateSet had not all acknowledged; classic
+        dispatch reaches `wrote` before this runs)."""
+        nxt = self.queues.next_queue_offsets()
+        if RMQ_7689 not in self.config.emulate:
+            # apache/rocketmq#7690 (5.2.0): ConsumeQueueStore.recoverOffsetTable
+            # also reads the records from the confirm offset on
+            # (compensateForHA) and moves each queue's offset past theirs.
+            # --emulate rmq-7689 leaves it out: the queues alone, which stop
+            # at the confirm offset, so the master's next puts take the
+            # QUEUEOFFSETs of the records after it; when dispatch reaches
+            # those, two records share each offset and the later one gets no
+            # unit (never delivered).
+            pos, end = self._reput_at, self.log.wrote
+            while pos < end:
+                data, nxt_pos = self.log.read_range(pos, 1 << 20)
+                if nxt_pos <= pos:
+                    break
+                for topic, qid, qo, *_ in reput_units(data, pos):
+                    if qo + 1 > nxt.get((topic, qid), 0):
+                        nxt[(topic, qid)] = qo + 1
+                pos = nxt_pos
         with self.log._lock:
-            self.log._queue_offsets = queues.next_queue_offsets()
+            self.log._queue_offsets = nxt
 
     def _rebuild(self) -> list[str]:
         """Open-time re-dispatch, strict: the CommitLog is the truth.
@@ -138,8 +253,7 @@ class ConsumeSide:
         take QUEUEOFFSETs its queues already have, and get no unit
         (consumers would never see them)."""
         self._reput_from_here(strict=False)
-        with self.log._lock:
-            self.log._queue_offsets = self.queues.next_queue_offsets()
+        self._continue_queue_offsets()
 
     def _reput_from_here(self, *, strict: bool) -> None:
         # One walker at a time: the loop (reads) and the flusher thread
@@ -167,7 +281,7 @@ class ConsumeSide:
 
     def _stallable_pass(self) -> None:
         with self._reput_lock:
-            if self._reput_at >= self.log.wrote:
+            if self._reput_at >= self._dispatch_end():
                 return
             self.failpoints.hit("reput_before_dispatch")
             if self._closing:  # a stall outlived the close: the files are gone
@@ -195,34 +309,48 @@ class ConsumeSide:
         finally:
             self._reput_lock.release()
 
+    def _dispatch_end(self) -> int:
+        """How far dispatch goes: `wrote` in classic mode (reads apply
+        confirmed_offset), the confirm offset in controller mode."""
+        if self.config.confirm_offset_by_acks:
+            return self.confirmed_offset()
+        return self.log.wrote
+
     def _dispatch_locked(self, *, strict: bool) -> None:
-        end = self.log.wrote
+        end = self._dispatch_end()
         pos = self._reput_at
         native = native_codec.reput_groups
         while pos < end:
+            room = min(1 << 20, end - pos)
             if native is not None:
                 # The units of the whole ordinary records at the start of
-                # the next MiB, gathered natively per queue (it stops at
-                # a record cut by the read, a blank, or anything the
-                # Python walk below must decide, which then takes over
-                # from there).
-                stop, last_ts, groups = native(self.log.read(pos, 1 << 20), pos)
+                # the next MiB (or up to the bound), gathered natively per
+                # queue (it stops at a record cut by the read, a blank, or
+                # anything the Python walk below must decide, which then
+                # takes over from there).
+                stop, last_ts, groups = native(self.log.read(pos, room), pos)
                 if stop:
                     self.queues.dispatch_groups(groups, last_ts, strict=strict)
                     pos += stop
                     self._reput_at = pos
                     continue
-            data, nxt = self.log.read_range(pos, 1 << 20)
+            data, nxt = self.log.read_range(pos, room)
             if nxt <= pos:
                 break
+            if nxt > end and not self._straddle:
+                break  # a record that ends past the bound waits for it
             self.queues.dispatch(reput_units(data, pos), strict=strict)
             pos = nxt
             self._reput_at = pos
 
     def confirmed_offset(self) -> int:
-        """How far consumers may read: `flushed` under SYNC_FLUSH, so nothing
-        a crash can still take is ever consumed (apache/rocketmq#8239);
-        `wrote` otherwise, as RocketMQ."""
+        """How far consumers may read (module docstring). Classic mode:
+        `flushed` under SYNC_FLUSH, so nothing a crash can still take is
+        ever consumed (apache/rocketmq#8239); `wrote` otherwise, as
+        RocketMQ. Controller mode: the confirm offset, at most `wrote`."""
+        if self.config.confirm_offset_by_acks:
+            wrote = self.log.wrote
+            return wrote if self._confirm_follows_wrote else min(self.confirm, wrote)
         if self.config.flush_mode == FlushMode.SYNC_FLUSH and RMQ_8239 not in self.config.emulate:
             if PLANTED_DISPATCH_BEFORE_DURABLE in self.config.emulate:
                 # PLANTED FAULT (--emulate planted-dispatch-before-durable),
@@ -238,6 +366,32 @@ class ConsumeSide:
         # (readUnCommitted=true, default false, brings the old behaviour back).
         return self.log.wrote
 
+    def set_confirm_offset(self, offset: int) -> None:
+        """Controller mode, on a master: every SyncStateSet member acked up
+        to `offset` (the node decides it: ha/autoswitch/confirm.py).
+        Dispatch goes on to it at the next pass or read."""
+        assert self.config.confirm_offset_by_acks, "the confirm offset is controller mode's"
+        assert offset >= 0, offset
+        self.confirm = offset
+        self._confirm_follows_wrote = False
+
+    def confirm_written(self) -> None:
+        """Controller mode: consumers may read all this store wrote (a
+        master whose SyncStateSet is itself alone, RocketMQ's
+        getConfirmOffset returning the max offset; a slave, which holds
+        only what it received)."""
+        assert self.config.confirm_offset_by_acks, "the confirm offset is controller mode's"
+        self._confirm_follows_wrote = True
+
+    def _readable(self, q: ConsumeQueue) -> int:
+        """How many units of `q` consumers may read: in controller mode
+        every unit (dispatch applied the bound), as RocketMQ's consume
+        queue; in classic mode those whose record ends at or before
+        confirmed_offset() (dispatch ran to `wrote`)."""
+        if self.config.confirm_offset_by_acks:
+            return q.count
+        return q.consumable(self.confirmed_offset())
+
     def topic_queues(self) -> dict[str, list[int]]:
         self.reput()
         out: dict[str, list[int]] = {}
@@ -249,7 +403,7 @@ class ConsumeSide:
         """(min, consumable max) of one queue; (0, 0) for an unknown one."""
         self.reput()
         q = self.queues.get(topic, queue_id)
-        return (0, 0) if q is None else (0, q.consumable(self.confirmed_offset()))
+        return (0, 0) if q is None else (0, self._readable(q))
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32
                      ) -> GetMessagesResult:
@@ -262,7 +416,7 @@ class ConsumeSide:
         q = self.queues.get(topic, queue_id)
         if q is None:
             return GetMessagesResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
-        low, high = 0, q.consumable(self.confirmed_offset())
+        low, high = 0, self._readable(q)
         if high == 0:
             return GetMessagesResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high)
         if offset < low:
@@ -297,6 +451,10 @@ class ConsumeSide:
         """Drop the CommitLog from `offset` on and every unit pointing there,
         durably (a slave told to truncate to its master's offset)."""
         self._reput_from_here(strict=False)  # every record before the cut has its unit
+        if self.config.confirm_offset_by_acks:
+            # RocketMQ's CommitLog.truncateDirtyFiles: nothing past the cut
+            # is confirmed (the checkpoint's field is lowered with it).
+            self.confirm = min(self.confirm, offset)
         self.log.truncate_to(offset)
         with self._reput_lock:
             self.queues.truncate_after(
@@ -307,5 +465,4 @@ class ConsumeSide:
         # the next recovery).
         with contextlib.suppress(OSError):
             self.log.checkpoint.update_logics(0)
-        with self.log._lock:
-            self.log._queue_offsets = self.queues.next_queue_offsets()
+        self._continue_queue_offsets()

@@ -17,6 +17,15 @@ the field (written by an older version) reads with `flushed_end` None:
 recovery then falls back to the timestamps and says what it cannot tell;
 so does one whose field fails its CRC.
 
+A second field, at 40, holds controller mode's confirm offset (RocketMQ's
+StoreCheckpoint.confirmPhyOffset, at 32 in its page, which this page uses
+for the flushed end): how far every SyncStateSet member had acknowledged
+(store/consume/consume_side.py). As RocketMQ's StoreCheckpoint.flush puts
+it into the page and forces the page, it is written only by `sync` (the
+thorough interval, a clean close) and by `lower`, each time followed by an
+fsync: the value read back after any crash is the one of the last sync.
+Absent (classic mode, an older version): `confirm_offset` None.
+
 Layout (big-endian):
      0  8  physicMsgTimestamp (ms)
      8  8  logicsMsgTimestamp (ms)
@@ -24,6 +33,9 @@ Layout (big-endian):
     24  4  b"DLFE" (the field below is present)
     28  8  flushed end (CommitLog offset)
     36  4  CRC-32 (zlib) of bytes 24..36
+    40  4  b"DLCO" (the field below is present)
+    44  8  confirm offset (CommitLog offset)
+    52  4  CRC-32 (zlib) of bytes 40..52
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from store.log.durable_mark import DurableMark
@@ -41,6 +54,8 @@ _LAYOUT = struct.Struct(">qqq")
 _END = struct.Struct(">4sqI")
 END_AT = _LAYOUT.size
 END_MAGIC = b"DLFE"
+CONFIRM_AT = END_AT + _END.size  # 40
+CONFIRM_MAGIC = b"DLCO"
 # RocketMQ starts abnormal recovery at the first segment older than the
 # checkpoint minus 3 s, to cover clock steps between records.
 SAFETY_MARGIN_MS = 3000
@@ -54,6 +69,9 @@ class Checkpoint:
     # Every CommitLog byte below it was fsynced; None: an older checkpoint
     # that does not say (module docstring).
     flushed_end: int | None = None
+    # Controller mode's confirm offset as of the last sync; None: the page
+    # holds none (module docstring).
+    confirm_offset: int | None = None
 
     @property
     def min_timestamp_ms(self) -> int:
@@ -63,7 +81,7 @@ class Checkpoint:
 def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | None, str | None]:
     """(checkpoint, None), or (None, why it could not be used)."""
     try:
-        raw = (disk or RealDisk()).read_file(path, _LAYOUT.size + _END.size)
+        raw = (disk or RealDisk()).read_file(path, CONFIRM_AT + _END.size)
     except FileNotFoundError:
         return None, "checkpoint file is missing"
     except OSError as exc:
@@ -79,6 +97,10 @@ def read_checkpoint(path: str, disk: Disk | None = None) -> tuple[Checkpoint | N
             if end < 0:
                 return None, f"checkpoint holds a negative flushed end ({end})"
             cp = Checkpoint(cp.physic_ms, cp.logics_ms, cp.index_ms, end)
+    if len(raw) >= CONFIRM_AT + _END.size:
+        magic, confirm, crc = _END.unpack_from(raw, CONFIRM_AT)
+        if magic == CONFIRM_MAGIC and crc == _crc(CONFIRM_MAGIC, confirm) and confirm >= 0:
+            cp = Checkpoint(cp.physic_ms, cp.logics_ms, cp.index_ms, cp.flushed_end, confirm)
     return cp, None
 
 
@@ -90,7 +112,16 @@ def _pack(physic_ms: int, logics_ms: int, index_ms: int, flushed_end: int | None
 
 
 def _end_crc(end: int) -> int:
-    return zlib.crc32(END_MAGIC + end.to_bytes(8, "big", signed=True))
+    return _crc(END_MAGIC, end)
+
+
+def _crc(magic: bytes, value: int) -> int:
+    return zlib.crc32(magic + value.to_bytes(8, "big", signed=True))
+
+
+def pack_confirm(confirm: int) -> bytes:
+    """The confirm offset field (16 bytes at CONFIRM_AT)."""
+    return _END.pack(CONFIRM_MAGIC, confirm, _crc(CONFIRM_MAGIC, confirm))
 
 
 def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
@@ -105,7 +136,10 @@ def lower_checkpoint(disk: Disk, path: str, checkpoint: Checkpoint,
                      min(checkpoint.logics_ms, timestamp_ms),
                      min(checkpoint.index_ms, timestamp_ms),
                      min(checkpoint.flushed_end if checkpoint.flushed_end is not None else end,
-                         end))
+                         end),
+                     # Untouched (its field is not rewritten here): the
+                     # store's recovery lowers it after the cut.
+                     checkpoint.confirm_offset)
     f = disk.open(path, create=True)
     try:
         f.pwrite(_pack(low.physic_ms, low.logics_ms, low.index_ms, low.flushed_end), 0)
@@ -127,7 +161,9 @@ class CheckpointFile:
       are re-dispatched.
     Writes are cheap pwrites of the whole 24 bytes under a lock (the two
     writers run on different threads); `sync` makes them durable (on the
-    thorough interval and at shutdown). Under the power crash model each
+    thorough interval and at shutdown). The confirm offset, controller
+    mode's (`confirm_source`, set by the store), is written by `sync` and
+    `lower` only, right before their fsync (module docstring). Under the power crash model each
     completed fsync is recorded in the durable mark (store/log/durable_mark.py)
     with the bytes it covered, so a harness's power cut can bring back
     exactly those."""
@@ -144,6 +180,14 @@ class CheckpointFile:
         self.flushed_end = 0
         self._lock = threading.Lock()
         self.mark: DurableMark | None = None
+        # Controller mode: the store's confirm offset now (None: classic
+        # mode, no field written).
+        self.confirm_source: Callable[[], int] | None = None
+
+    def _write_confirm(self) -> None:
+        """The confirm offset into its field (the caller fsyncs next)."""
+        if self.confirm_source is not None:
+            self.file.pwrite(pack_confirm(self.confirm_source()), CONFIRM_AT)
 
     def _packed(self) -> bytes:
         return _LAYOUT.pack(self.last_ms, self.logics_ms, self.last_ms)
@@ -184,6 +228,7 @@ class CheckpointFile:
             self.logics_ms = min(self.logics_ms, timestamp_ms)
             self.flushed_end = min(self.flushed_end, end)
             self._write()
+            self._write_confirm()
             self.file.fsync()
             if self.mark is not None:
                 self.mark.checkpoint_synced(self._packed())
@@ -194,6 +239,7 @@ class CheckpointFile:
         # value is what a power cut before that write-back leaves).
         with self._lock:
             covered = self._packed()
+            self._write_confirm()
         self.file.fsync()
         if self.mark is not None:
             self.mark.checkpoint_synced(covered)

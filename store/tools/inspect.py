@@ -171,7 +171,9 @@ class InspectReport:
         out["markers"]["checkpoint"] = (
             None if cp is None
             else {"physic_ms": cp.physic_ms, "logics_ms": cp.logics_ms, "index_ms": cp.index_ms,
-                  "flushed_end": cp.flushed_end}
+                  "flushed_end": cp.flushed_end,
+                  # controller mode's (store/log/checkpoint.py); None in classic mode
+                  "confirm_offset": cp.confirm_offset}
         )
         return out
 

@@ -241,7 +241,8 @@ def test_the_sim_checks_the_bugs_whose_scenario_it_runs() -> None:
     # rmq-8239 and rmq-405 stall a flusher and a dispatch pass (`delay`
     # failpoints), on virtual time there (store/sim/cooperative_executor.py).
     assert SIM_BUGS == ["rmq-3349", "rmq-3349/failover", "rmq-8239", "rmq-2706", "rmq-3015",
-                        "rmq-10666", "rmq-405", "rmq-5663", "rmq-epoch-in-place"]
+                        "rmq-10666", "rmq-405", "rmq-5663", "rmq-epoch-in-place",
+                        "rmq-7689"]
     assert "power crash model only" in (bugs.sim_refusal(bugs.get(RMQ_405), "process") or "")
 
 

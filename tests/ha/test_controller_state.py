@@ -187,15 +187,17 @@ def test_a_restored_controller_judges_a_master_only_after_hearing_from_it() -> N
 # ------------------------------------------------------------------- election
 def test_a_master_that_asks_itself_is_elected_again_in_a_new_epoch() -> None:
     """Election: the master itself asking is a new process of it (a restart
-    quicker than the heartbeat timeout): it is elected again, master epoch
-    + 1, the SyncStateSet back to itself, so its replicas cut to what both
-    hold (ha/autoswitch/epochs.py)."""
+    quicker than the heartbeat timeout, or a restarted controller): it is
+    elected again, master epoch + 1, so its replicas cut to what both hold
+    (ha/autoswitch/epochs.py); the SyncStateSet is kept, as RocketMQ's
+    controller keeps it (the restarted broker resumes with it)."""
     c = three_in_sync()
     before = c.state
     (elected,) = c.do(ElectMaster(requester=1))
     assert isinstance(elected, MasterElected) and elected.master == 1
     assert c.state.master_epoch == before.master_epoch + 1
-    assert c.state.sync_state_set == frozenset({1})
+    assert c.state.sync_state_set == before.sync_state_set == frozenset({1, 2, 3})
+    assert c.state.sync_state_set_epoch == before.sync_state_set_epoch
 
 
 def test_the_old_master_stays_while_it_is_alive() -> None:
