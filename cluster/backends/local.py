@@ -299,64 +299,6 @@ class LocalBackend(ControllerSteps):
             finally:
                 self._save(state)
 
-    def _controller_client(self, state: dict[str, Any]) -> Any:
-        from cluster.controller.client import ControllerClient
-
-        return ControllerClient(state["controller"]["address"], self.token(), timeout_s=2.0)
-
-    def sync_state_set(self) -> set[str]:
-        """Controller mode: the names in the controller's SyncStateSet now
-        (empty when it has none or cannot be asked)."""
-        state = self._load()
-        if not state.get("controller"):
-            return set()
-        try:
-            with self._controller_client(state) as client:
-                meta = client.metadata()
-        except grpc.RpcError:
-            return set()
-        members = set(meta.replica_info.sync_state_set)
-        return {m.name for m in meta.members if m.broker_id in members}
-
-    def _wait_controller_master(self, state: dict[str, Any], deadline: float) -> None:
-        """Until the controller holds a master (the first node's election)."""
-        last = "no answer yet"
-        with self._controller_client(state) as client:
-            while True:
-                try:
-                    if client.replica_info().replica_info.master_id:
-                        return
-                    last = "no master elected"
-                except grpc.RpcError as exc:
-                    last = f"{exc.code().name} {exc.details()}"
-                if time.monotonic() > deadline:
-                    raise BackendError(
-                        f"the controller elected no master in time ({last}); see "
-                        f"{self._path('controller.log')} and "
-                        f"{self._path('nodes', state['master'], 'node.log')}")
-                time.sleep(0.05)
-
-    def _wait_route_master(self, state: dict[str, Any], deadline: float) -> str:
-        """Until route.json names a master that serves as one; its name."""
-        metadata = token_metadata(self.token())
-        last = "no route published"
-        while True:
-            with contextlib.suppress(RouteError):
-                route = read_route(self._dir())
-                last = f"the route names {route.master or 'no master'}"
-                if route.master is not None and route.address is not None:
-                    with grpc.insecure_channel(route.address) as channel, \
-                            contextlib.suppress(grpc.RpcError):
-                        st = broker_pb2_grpc.BrokerStub(channel).Status(
-                            broker_pb2.StatusRequest(), timeout=2.0, metadata=metadata)
-                        if st.role != Role.SLAVE.value:
-                            return route.master
-                        last += f", which is still a {st.role}"
-            if time.monotonic() > deadline:
-                raise BackendError(f"no elected master serves in time ({last}); see "
-                                   f"{self._path('controller.log')}")
-            time.sleep(0.05)
-
     def controller(self) -> dict[str, Any] | None:
         """The controller of a controller-mode cluster (address, pid,
         running or not, its settings), None in classic mode."""
