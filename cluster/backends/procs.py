@@ -9,6 +9,7 @@ invocation started is known by its ProcId alone, read from /proc."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -117,12 +118,50 @@ class ChildProcesses:
             delay = min(delay * 2, 0.05)
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free TCP ports on host (all held open while choosing, so
-    they differ; another process may still take one before it is used)."""
-    socks = []
+#: Where free_ports looks when the kernel's ephemeral range cannot be read.
+_EPHEMERAL_DEFAULT = (32768, 60999)
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(n):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+
+
+def _listen_candidates() -> list[int]:
+    """Ports to listen on outside the kernel's ephemeral range: a port
+    from that range, once released, is the next outgoing connection's of
+    any process on the machine, so a node restarted on it could find it
+    taken. Outside it, only another listener can take it."""
+    low, high = _ephemeral_range()
+    ports = [p for p in range(_LOWEST_PORT, 65536) if not low <= p <= high]
+    return ports or list(range(_LOWEST_PORT, 65536))
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free TCP ports on host, chosen at random outside the
+    ephemeral range (all held open while choosing, so they differ; another
+    listener may still take one before it is used, which random choice over
+    thousands of ports makes rare)."""
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    candidates = _listen_candidates()
+    socks: list[socket.socket] = []
+    try:
+        for port in rng.sample(candidates, min(len(candidates), 64 * n + 64)):
+            if len(socks) == n:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # everything sampled was taken: let the kernel choose
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((host, 0))
             socks.append(s)

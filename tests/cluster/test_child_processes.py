@@ -6,9 +6,11 @@ ProcId (as a later CLI invocation does, from the cluster's state file)."""
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 from typing import Any
 
+from cluster.backends import procs
 from cluster.backends.procs import ChildProcesses, proc_state
 
 
@@ -44,3 +46,15 @@ def test_another_owner_signals_by_proc_id_and_leaves_the_reaping_to_the_owner(
     assert owner.state(proc) == "gone" and proc_state(proc) == "gone"
     assert _zombie_or_gone(proc.pid) == "reaped"
     assert not other.signal(proc, signal.SIGTERM)  # gone: nothing is signalled
+
+
+def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() -> None:
+    """A released ephemeral port is the next outgoing connection's of any
+    process (CI once saw a restarted node find its port taken that way)."""
+    low, high = procs._ephemeral_range()
+    ports = procs.free_ports(20)
+    assert len(set(ports)) == 20
+    assert all(not low <= p <= high for p in ports), ports
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
