@@ -66,6 +66,11 @@ class SlaveLink(enum.StrEnum):
     DISCONNECTED = "disconnected"  # no stream
 
 
+#: The states a slave's link ends in after a change of master: its reports
+#: accepted, or refused for good (a failover waits for one of these).
+SETTLED_LINKS = frozenset({SlaveLink.CONNECTED, SlaveLink.REJECTED, SlaveLink.DIVERGED})
+
+
 @dataclass
 class SlaveLinkState:
     """What node status shows for one slave (by name)."""

@@ -23,10 +23,12 @@ timeouts, and at heal every stream that lived through the cut is reset.
 
 Failover (docs/design.md, "Failover: routing, promotion, rejoin"): `master`
 is the route the producers follow (SimSender without a fixed node sends to
-it). promote restarts a running slave's Node as master on its own disk
-and restarts every other running node it can reach as its slave (a slave's
-master address is its configuration: the local backend re-points a link
-proxy instead, the sim restarts it cleanly); lose kills a node and moves its
+it). A slave reaches its master through a link address
+(MemoryNetwork.link), as a local slave through its link proxy. promote
+restarts a running slave's Node as master on its own disk, and a running
+old master it can reach as its slave; every other slave's link is pointed
+at the new master and its HA client reconnects, as the local backend
+re-points a link proxy; lose kills a node and moves its
 disk aside as evidence, leaving an empty one; rejoin starts a stopped node
 as a slave of the current master on whatever disk it has."""
 
@@ -57,6 +59,7 @@ from chaos.sim.controller import (
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.controller.config import ControllerConfig
+from ha.master import SETTLED_LINKS
 from ha.transport.memory import MemoryNetwork
 from ha.transport.streams import Handler, MasterStream
 from store.failpoints import Failpoints
@@ -80,6 +83,10 @@ NET_DELAY_S = (0.0002, 0.002)
 # slave ahead under SYNC_FLUSH too, as it can beside a real flusher thread.
 FSYNC_S = (0.0001, 0.01)
 DATA_DIR = "/data"
+# How long a promotion waits for its followers' links to settle, and how
+# often it looks: the local backend's promote timeout and poll.
+LINK_SETTLE_S = 60.0
+LINK_POLL_S = 0.05
 TOKEN = "sim-token"  # in-process: nothing to protect, and it must not vary
 
 OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_node", default=None)
@@ -170,6 +177,10 @@ class SimNode:
     # checker, opened by no node) until the node rejoins.
     lost_disk: MemoryDisk | None = None
 
+    # The address this node reaches its master at when it is a slave: a
+    # link (MemoryNetwork.link) the cluster points at the master.
+    link: str = ""
+
     @property
     def address(self) -> str:
         return self.config.listen
@@ -225,11 +236,10 @@ class SimCluster:
         self._route: str | None = master.name
         names = (master.name, *(s.name for s in slaves))
         self.nodes: dict[str, SimNode] = {
-            master.name: self._sim_node(master, addr, None, tuple(s.name for s in slaves))}
+            master.name: self._sim_node(master, 1, None, tuple(s.name for s in slaves))}
         for i, s in enumerate(slaves):
             self.nodes[s.name] = self._sim_node(
-                s, f"10.0.0.{i + 2}:7001", addr,
-                tuple(o for o in names if o != s.name) if self.controller else ())
+                s, i + 2, addr, tuple(o for o in names if o != s.name) if self.controller else ())
 
     @property
     def master(self) -> str | None:
@@ -243,14 +253,21 @@ class SimCluster:
     def master(self, name: str | None) -> None:
         self._route = name
 
-    def _sim_node(self, spec: NodeSpec, listen: str, master: str | None,
+    def _sim_node(self, spec: NodeSpec, index: int, master: str | None,
                   slaves: tuple[str, ...] = ()) -> SimNode:
+        """Node number `index` (from 1): it listens at 10.0.0.INDEX:7001 and,
+        as a slave, reaches its master through its link at
+        10.0.1.INDEX:7001, which leads to `master` (an address)."""
+        listen, link = f"10.0.0.{index}:7001", f"10.0.1.{index}:7001"
         if self.controller is not None:
             config = _node_config(spec, listen, None, self.token, slaves, CONTROLLER_ADDRESS)
         else:
-            config = _node_config(spec, listen, master, self.token, slaves)
+            if master is not None:
+                self.network.link(link, master)
+            config = _node_config(spec, listen, None if master is None else link, self.token,
+                                  slaves)
         return SimNode(spec.name, spec, config,
-                       MemoryDisk(self.rng, self.disk_faults, self.clock))
+                       MemoryDisk(self.rng, self.disk_faults, self.clock), link=link)
 
     def net_delay(self) -> float:
         if self.timings is not None:
@@ -478,44 +495,78 @@ class SimCluster:
     # ------------------------------------------------------------ failover
     def reconfigure(self, name: str, spec: NodeSpec, master: str | None) -> None:
         """Node `name` runs as `spec` from its next start: a slave of node
-        `master`, or (None) a master of every other node."""
+        `master`, or (None) a master of every other node. A slave reaches
+        its master through its link address (as the local backend's slave
+        through its link proxy): pointing that at `master` resets the
+        streams through it, so a running slave's HA client reconnects to
+        `master` without a restart."""
         n = self.nodes[name]
-        master_address = None if master is None else self.nodes[master].address
         slaves = () if master is not None else tuple(o for o in self.nodes if o != name)
+        if master is not None:
+            self.network.link(n.link, self.nodes[master].address)
         n.spec = spec
-        n.config = _node_config(spec, n.address, master_address, self.token, slaves)
+        n.config = _node_config(spec, n.address, None if master is None else n.link,
+                                self.token, slaves)
 
     async def promote(self, name: str, spec: NodeSpec,
                       follower_spec: Callable[[str], NodeSpec],
-                      start_s: float = 0.0) -> list[str]:
-        """Make running slave `name` the master (`spec`) on its own disk: the
-        route names it at once (producers retry towards it while it
-        restarts); it stops cleanly and starts as master. Every other
-        running node not partitioned from it restarts as its slave
-        (`follower_spec`); the others (down, or cut off: an isolated old
-        master the operator cannot reach) follow it from their next start.
-        `start_s`: how long each restarted process takes to start (a
-        machine's, measured; 0: at once).
-        Returns the nodes restarted as slaves; raises FailoverRefused when
-        `name` is not a running slave (nothing changed then)."""
+                      start_s: float = 0.0) -> dict[str, str]:
+        """Make running slave `name` the master (`spec`) on its own disk, as
+        the local backend does (cluster/backends/failover_steps.py
+        promote): the route names it at once (producers retry towards it
+        while it restarts); it stops cleanly and starts as master, and a
+        running old master it can reach restarts as its slave the same way,
+        both at once. Every other slave only changes master: its link now
+        leads to `name` and its HA client reconnects. Nodes down or cut off
+        from `name` (an isolated old master the operator cannot reach) follow
+        it from their next start. `start_s`: how long each restarted process
+        takes to start (a machine's, measured; 0: at once).
+        Returns each running follower's link as `name` reports it once every
+        one has settled (connected, rejected, diverged) or LINK_SETTLE_S has
+        passed; raises FailoverRefused when `name` is not a running slave
+        (nothing changed then)."""
         n = self.nodes[name]
         if n.state is not NodeState.RUNNING or n.config.master is None:
             raise FailoverRefused(f"cannot promote {name}: it is not a running slave "
                                   f"({n.state.value}, {n.config.role.value})")
+        old = self._route
+        restart = [name]
+        if old is not None and old != name and self.nodes[old].state is NodeState.RUNNING \
+                and not self._cut(old, name):
+            restart.append(old)
         self.master = name
+        for r in restart:
+            await self.stop(r)
         for other in self.nodes:
             self.reconfigure(other, spec if other == name else follower_spec(other),
                              None if other == name else name)
-        await self.stop(name)
-        if not await self.start(name, start_s):
-            return []
+        started = await asyncio.gather(*(self.start(r, start_s) for r in restart))
+        if not started[0]:
+            return {}
         followers = [o for o, on in self.nodes.items() if o != name
-                     and on.state is NodeState.RUNNING and not self.partitioned(o, name)
-                     and not self.partitioned(name, o)]
-        for other in followers:
-            await self.stop(other)
-            await self.start(other, start_s)
-        return followers
+                     and on.state is NodeState.RUNNING and not self._cut(o, name)]
+        return await self._settled_links(name, followers, LINK_SETTLE_S)
+
+    def _cut(self, a: str, b: str) -> bool:
+        return self.partitioned(a, b) or self.partitioned(b, a)
+
+    async def _settled_links(self, master: str, followers: list[str], timeout_s: float
+                             ) -> dict[str, str]:
+        """Each follower's link as `master` reports it ("never reported" for
+        one it does not know), once all have settled or `timeout_s` passed
+        (cluster/backends/state_dir.py _link_states, on simulated time)."""
+        deadline = self.loop.time() + timeout_s
+        while True:
+            node = self.nodes[master].node
+            found = {f: "never reported" for f in followers}
+            if node is not None and node.ha_master is not None:
+                for link in node.ha_master.status():
+                    if link.slave in found:
+                        found[link.slave] = f"{link.state} {link.detail}".strip()
+            if all(v.split(" ")[0] in SETTLED_LINKS for v in found.values()) \
+                    or self.loop.time() >= deadline:
+                return found
+            await asyncio.sleep(LINK_POLL_S)
 
     def lose(self, name: str) -> None:
         """The node's machine is gone: killed (a power cut) and its disk

@@ -431,15 +431,16 @@ class SimRun(RunBase):
     async def _promote(self, cluster: SimCluster, name: str, t: int) -> None:
         old = self.acting_master
         before = self._slave_ends(cluster.wrote)
-        followers = await cluster.promote(
+        links = await cluster.promote(
             name, self._spec(name, Role(self.cfg.role)),
             lambda other: self._spec(other, Role.SLAVE), start_s=self._start_s())
         self._promoted(name)
         now = cluster.clock.wall_ms()
         self.record.fault("promote", name, t, peer=old, end=now,
-                          detail="restarted as slaves: " + (", ".join(followers) or "none"))
+                          detail="followers: " + (", ".join(
+                              f"{n} {v}" for n, v in sorted(links.items())) or "none"))
         self.record.recovery(name, cluster.recovery(name))
-        self._record_followers(name, before, followers, now)
+        self._record_followers(name, before, links, now)
 
     async def _rejoin(self, cluster: SimCluster, name: str, t: int,
                       detail: str | None) -> None:

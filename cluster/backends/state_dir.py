@@ -24,6 +24,7 @@ from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, rea
 from cluster.node.auth import read_token_file
 from cluster.node.route import ROUTE_FILE, Route, RouteError, read_route
 from ha.credentials import token_metadata
+from ha.master import SETTLED_LINKS
 from proto import broker_pb2, broker_pb2_grpc
 from store.config import CorruptionPolicy, CrashModel
 from store.failpoints import Failpoints, FailpointSpecError
@@ -295,7 +296,7 @@ class ClusterDir:
                     for link in status.slaves:
                         if link.slave in found:
                             found[link.slave] = (f"{link.state} {link.detail}".strip())
-                if all(v.split(" ")[0] in ("connected", "rejected", "diverged")
+                if all(v.split(" ")[0] in SETTLED_LINKS
                        for v in found.values()) \
                         or time.monotonic() > deadline:
                     return found

@@ -174,6 +174,10 @@ class MemoryNetwork:
         self._serving: dict[str, dict[asyncio.Task[Any], None]] = {}
         # Deliveries held by a partition: (src, dst, callback), in order.
         self._held: list[tuple[str, str, Callable[[], None]]] = []
+        # Link addresses (link()): each leads to the address it names.
+        self._links: dict[str, str] = {}
+        # The streams opened through each link address.
+        self._through: dict[str, list[tuple[str, str, _Pipe, _Pipe, asyncio.Task[None]]]] = {}
 
     def serve(self, address: str, handler: Handler, *, token: str) -> None:
         """`handler` (HAMaster.serve) runs each stream opened to `address`."""
@@ -193,6 +197,23 @@ class MemoryNetwork:
         self._servicers.pop(address, None)
         for task in list(self._serving.pop(address, {})):
             task.cancel()
+
+    def link(self, address: str, target: str) -> None:
+        """Make `address` a link to `target`, as a link proxy listening
+        there is: what opens a stream to it or calls it reaches `target`
+        (partitions are between the two ends, not the link). Pointing an
+        existing link elsewhere resets every stream opened through it, as
+        restarting the proxy with a new target does: its client reconnects
+        and reaches the new target."""
+        old = self._links.get(address)
+        self._links[address] = target
+        if old is not None and old != target:
+            for record in list(self._through.get(address, ())):
+                self._reset_stream(record)
+
+    def resolve(self, address: str) -> str:
+        """The address a stream or call to `address` reaches."""
+        return self._links.get(address, address)
 
     def stub(self, client: str, address: str) -> MemoryStub:
         """A stub the node (or client) at `client` calls `address` with."""
@@ -233,6 +254,7 @@ class MemoryNetwork:
 
     async def _call(self, client: str, address: str, method: str, request: Any, *,
                     timeout: float | None, metadata: Any) -> Any:
+        address = self.resolve(address)
         wire = type(request).FromString(request.SerializeToString())
         answer: asyncio.Future[Any] = self._loop.create_future()
         token = dict(metadata or ()).get(TOKEN_METADATA_KEY)
@@ -299,13 +321,18 @@ class MemoryNetwork:
 
     def reset(self, address: str) -> None:
         """End every stream to or from `address` as a connection reset does."""
-        for client, server, up, down, task in list(self._streams):
-            if address in (client, server):
-                down.fail(grpc.aio.AioRpcError(
-                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                    details="connection reset"))
-                up.fail(asyncio.CancelledError())
-                task.cancel()
+        for record in list(self._streams):
+            if address in record[:2]:
+                self._reset_stream(record)
+
+    @staticmethod
+    def _reset_stream(record: tuple[str, str, _Pipe, _Pipe, asyncio.Task[None]]) -> None:
+        _client, _server, up, down, task = record
+        down.fail(grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+            details="connection reset"))
+        up.fail(asyncio.CancelledError())
+        task.cancel()
 
     def half_open(self, client: str) -> None:
         """End `client`'s streams on its side only, as a connection the
@@ -319,7 +346,8 @@ class MemoryNetwork:
                     details="Internal error from Core"))
 
     # ------------------------------------------------------------ streams
-    def _open(self, client: str, address: str, token: str) -> _MemoryCall:
+    def _open(self, client: str, to: str, token: str) -> _MemoryCall:
+        address = self.resolve(to)
         up = _Pipe(self._loop, self, client, address)
         down = _Pipe(self._loop, self, address, client)
         server = _MemoryServerStream(up, down, peer=f"memory:{client}")
@@ -348,7 +376,16 @@ class MemoryNetwork:
         task = self._loop.create_task(run())
         record = (client, address, up, down, task)
         self._streams.append(record)
-        task.add_done_callback(lambda _t: self._streams.remove(record))
+        through = self._through.setdefault(to, []) if to != address else None
+        if through is not None:
+            through.append(record)
+
+        def done(_t: asyncio.Task[None]) -> None:
+            self._streams.remove(record)
+            if through is not None:
+                through.remove(record)
+
+        task.add_done_callback(done)
         return _MemoryCall(up, down, server, task)
 
 

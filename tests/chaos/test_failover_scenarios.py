@@ -58,8 +58,8 @@ def test_sync_master_loses_no_acknowledged_message_when_its_master_is_lost(
 
 def test_with_two_slaves_the_third_replica_follows_the_promoted_one(tmp_path: Path) -> None:
     """--slaves 2, master-lost under SYNC_MASTER: slave1 is promoted, slave2
-    follows it (restarted as its slave, its log against the promoted one's
-    recorded), every acknowledged message survives, and the new master's
+    follows it (its link re-pointed, not restarted, as on local; its log
+    against the promoted one's recorded), every acknowledged message survives, and the new master's
     PUT_OKs each waited for slave2 alone, which ends holding all of them."""
     run_dir = _run(tmp_path, "master-lost", "SYNC_MASTER", "ASYNC_FLUSH", 1, slaves=2)
     params = load_json_file(os.path.join(run_dir, "params.json"))
@@ -68,11 +68,11 @@ def test_with_two_slaves_the_third_replica_follows_the_promoted_one(tmp_path: Pa
                                {"name": "slave2", "role": "SLAVE"}]
     (promote,) = [f for f in read_jsonl(os.path.join(run_dir, "faults.jsonl"))
                   if f["kind"] == "promote"]
-    assert (promote["node"], promote["detail"]) == ("slave1", "restarted as slaves: slave2")
+    assert (promote["node"], promote["detail"]) == ("slave1", "followers: slave2 connected")
     (seen,) = [o for o in read_jsonl(os.path.join(run_dir, "observations.jsonl"))
                if o["kind"] == "slave_ahead"]
     assert (seen["master"], seen["slave"], seen["time_ms"]) == (
-        "slave1", "slave2", promote["start_ms"])
+        "slave1", "slave2", promote["end_ms"])
     assert seen["slave_offset"] <= seen["master_offset"]  # slave2 not ahead: it follows
     o = run_outcome(run_dir)
     assert (o.acked_lost_master, o.acked_lost_failover, o.acked_stranded,

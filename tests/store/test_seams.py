@@ -322,6 +322,52 @@ def test_memory_stream_is_fifo_whatever_the_delays() -> None:
     assert end is EOF and details == "enough"
 
 
+def test_a_link_leads_to_its_target_and_repointing_it_resets_its_streams() -> None:
+    """MemoryNetwork.link is the sim's link proxy: a stream opened to the
+    link reaches its target (a partition is between the two real ends);
+    pointing the link at another master resets the stream (as restarting
+    the proxy does) and the next one reaches the new master."""
+    link, other = "10.0.1.2:7001", "10.0.0.3:7001"
+
+    async def main(loop: VirtualTimeLoop) -> tuple[list[str], Any]:
+        net = MemoryNetwork(loop, delay=lambda _msg: 0.001)
+        reset: Any = None
+        seen: list[str] = []
+
+        def handler_for(name: str) -> Any:
+            async def handler(stream: MasterStream) -> None:
+                while (msg := await stream.read()) is not EOF:
+                    seen.append(f"{name}:{msg.max_offset}")
+            return handler
+
+        net.serve(MASTER, handler_for("old"), token=TOKEN)
+        net.serve(other, handler_for("new"), token=TOKEN)
+        net.link(link, MASTER)
+        assert net.resolve(link) == MASTER and net.resolve(other) == other
+        async with net.connector(SLAVE).open(link, TOKEN) as call:
+            await call.write(ha_pb2.Report(max_offset=1, slave="s"))
+            await asyncio.sleep(0.1)
+            net.partition(MASTER, SLAVE)  # the real ends, not the link
+            await call.write(ha_pb2.Report(max_offset=2, slave="s"))
+            await asyncio.sleep(0.1)
+            assert seen == ["old:1"]
+            net.heal(MASTER, SLAVE)
+            await asyncio.sleep(0.1)
+            net.link(link, other)
+            try:
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                reset = (exc.code(), exc.details())
+        async with net.connector(SLAVE).open(link, TOKEN) as call:
+            await call.write(ha_pb2.Report(max_offset=3, slave="s"))
+            await asyncio.sleep(0.1)
+        return seen, reset
+
+    seen, reset = _run(main)
+    assert seen == ["old:1", "old:2", "new:3"]
+    assert reset == (grpc.StatusCode.UNAVAILABLE, "connection reset")
+
+
 def test_store_timers_and_timestamps_run_on_the_loops_clock(tmp_path: Any) -> None:
     """The store alone: its interval flusher's thorough flush comes after
     flush_thorough_interval_ms of virtual time, and records carry the
