@@ -13,8 +13,9 @@ from chaos.check import keep_decision
 from chaos.harness import scenarios
 from chaos.harness.run_base import ChaosRun
 from chaos.harness.run_config import KEEP_STORES, Backend, KeepStores, RunConfig
+from cluster.cli.controller_settings import ack_settings, add_ack_options, add_elect_unclean
 from ha.config import HAMode
-from store.tools.cli_args import UserError, positive_int
+from store.tools.cli_args import UserError
 
 if TYPE_CHECKING:
     from chaos.check.summary import RunOutcome
@@ -59,17 +60,8 @@ def controller_options(p: argparse.ArgumentParser, *, ha_modes: bool) -> None:
         c.add_argument("--ha-modes", type=ha_mode_list, default=None,
                        help="comma-separated: classic (the roles) and/or controller (one "
                        "mode, whose role its ack settings make); default: --ha-mode")
-    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
-                   help="a put waits for every SyncStateSet member (default: no)")
-    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="else a put waits for N copies, the master's included (default 1: "
-                   "no slave)")
-    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="puts are refused (IN_SYNC_REPLICAS_NOT_ENOUGH) while the set is "
-                   "smaller (default 1)")
-    c.add_argument("--elect-unclean", action="store_true",
-                   help="when no SyncStateSet member is alive, elect any replica (RocketMQ's "
-                   "enableElectUncleanMaster: may lose messages; default: no)")
+    add_ack_options(c)
+    add_elect_unclean(c)
 
 
 def ha_mode_list(text: str) -> list[str]:
@@ -85,10 +77,7 @@ def ha_mode_list(text: str) -> list[str]:
 def controller_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The RunConfig fields of the options controller_options adds."""
     return {"ha_mode": HAMode(args.ha_mode),
-            "all_ack_in_sync_state_set": args.all_ack_in_sync_state_set,
-            "in_sync_replicas": args.in_sync_replicas,
-            "min_in_sync_replicas": args.min_in_sync_replicas,
-            "elect_unclean": args.elect_unclean}
+            **ack_settings(args), "elect_unclean": args.elect_unclean}
 
 
 def results_dir(path: str, option: str = "--out") -> None:

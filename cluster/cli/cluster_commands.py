@@ -18,6 +18,7 @@ from cluster.backends.interface import (
     NodeSpec,
     NodeState,
 )
+from cluster.cli.controller_settings import ack_settings, add_ack_options, add_elect_unclean
 from cluster.cli.failover_commands import register_failover, route_line
 from cluster.cli.node_command import NODE_OPTIONS, add_corruption_policy, as_options, emulate_arg
 from cluster.node.role import Role
@@ -87,16 +88,8 @@ def register_cluster(sub: Any) -> None:
     c.add_argument("--ha-mode", choices=["classic", "controller"], default="classic",
                    help="classic: master and slaves as started; controller: the controller "
                    "elects the master (default classic)")
-    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
-                   help="a put waits for every SyncStateSet member's ack (default: no)")
-    c.add_argument("--in-sync-replicas", type=int, default=None, metavar="N",
-                   help="without --all-ack-in-sync-state-set, a put waits for N copies, the "
-                   "master's included: 1..slaves+1 (default 1)")
-    c.add_argument("--min-in-sync-replicas", type=int, default=None, metavar="N",
-                   help="a SyncStateSet smaller than N refuses puts: 1..slaves+1 (default 1)")
-    c.add_argument("--elect-unclean", action="store_true",
-                   help="the controller may elect a replica outside the SyncStateSet when "
-                   "no member is alive (MAY LOSE acknowledged messages; default off)")
+    add_ack_options(c, unset=True)
+    add_elect_unclean(c)
     c.add_argument("--controller-heartbeat-timeout-ms", type=int, default=None, metavar="MS",
                    help="a broker silent this long is dead; a master so is replaced "
                    "(default 10000)")
@@ -257,10 +250,7 @@ def _controller_options(args: argparse.Namespace) -> tuple[ControllerSpec | None
         or defaults.heartbeat_timeout_ms,
         scan_interval_ms=args.controller_scan_interval_ms or defaults.scan_interval_ms,
         elect_unclean=args.elect_unclean)
-    return controller, dict(ha_mode=HAMode.CONTROLLER,
-                            all_ack_in_sync_state_set=args.all_ack_in_sync_state_set,
-                            in_sync_replicas=args.in_sync_replicas or 1,
-                            min_in_sync_replicas=args.min_in_sync_replicas or 1)
+    return controller, dict(ha_mode=HAMode.CONTROLLER, **ack_settings(args))
 
 
 # `dlab node` options `cluster up` sets for every node itself: given in

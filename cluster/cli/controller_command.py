@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from cluster.cli.arg_types import address
+from cluster.cli.controller_settings import add_elect_unclean
 from store.tools.cli_args import UserError, positive_int
 
 DESCRIPTION = """\
@@ -65,9 +66,7 @@ def _register_run(actions: Any) -> None:
     p.add_argument("--scan-interval-ms", type=positive_int, default=5_000,
                    help="how often the liveness scan looks for a dead master (default "
                    "5000, RocketMQ's scanNotActiveBrokerInterval)")
-    p.add_argument("--elect-unclean", action="store_true",
-                   help="when no SyncStateSet member is alive, elect any live replica "
-                   "(enableElectUncleanMaster; MAY LOSE acknowledged messages; default off)")
+    add_elect_unclean(p)
     p.add_argument("--publish-route", metavar="DIR",
                    help="also publish the route clients follow as DIR/route.json, rewritten "
                    "atomically at every change of master (`dlab send --dir DIR` reads it; "

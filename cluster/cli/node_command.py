@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from cluster.cli.arg_types import address
+from cluster.cli.controller_settings import add_ack_options
 from cluster.node.role import Role
 from ha.config import ShipLimit, SlaveAheadPolicy
 from store.tools.cli_args import UserError, parse_size, positive_int
@@ -63,14 +64,7 @@ def register_node(sub: Any) -> None:
                    "(default classic)")
     c.add_argument("--controller", type=address, metavar="HOST:PORT",
                    help="the controller's address (controller mode)")
-    c.add_argument("--all-ack-in-sync-state-set", action="store_true",
-                   help="a put waits for every SyncStateSet member's ack (default: no)")
-    c.add_argument("--in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="without --all-ack-in-sync-state-set, a put waits for N copies, the "
-                   "master's included (default 1: no slave)")
-    c.add_argument("--min-in-sync-replicas", type=positive_int, default=1, metavar="N",
-                   help="a SyncStateSet smaller than N refuses puts with "
-                   "IN_SYNC_REPLICAS_NOT_ENOUGH (default 1)")
+    add_ack_options(c)
     c.add_argument("--priority", type=int, default=0, metavar="N",
                    help="election priority among equals, lower preferred (default 0)")
     c.add_argument("--advertise", type=address, metavar="HOST:PORT",

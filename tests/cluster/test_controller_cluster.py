@@ -177,7 +177,7 @@ def test_controller_elects_the_route_follows_and_the_old_master_rejoins(cdir: st
     (["--ha-mode", "controller", "--slaves", "2", "--in-sync-replicas", "5"],
      "--in-sync-replicas 5: it counts copies, the master's included: 1..3"),
     (["--ha-mode", "controller", "--min-in-sync-replicas", "0"],
-     "--min-in-sync-replicas 0"),
+     "--min-in-sync-replicas: 0 must be at least 1"),
     (["--ha-mode", "controller", "--controller-heartbeat-timeout-ms", "5"],
      "--controller-heartbeat-timeout-ms 5: expected 100..3600000 ms"),
     (["--ha-mode", "controller", "--role", "ASYNC_MASTER"],
@@ -198,4 +198,4 @@ def test_a_bad_controller_option_value_is_a_usage_error(tmp_path: Path) -> None:
     r = dlab("cluster", "up", "--dir", str(tmp_path / "c"), "--ha-mode", "controller",
              "--in-sync-replicas", "two")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "--in-sync-replicas: invalid int value: 'two'" in r.stderr
+    assert "--in-sync-replicas: 'two' is not a whole number" in r.stderr
