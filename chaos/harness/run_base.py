@@ -113,6 +113,24 @@ class RunBase:
         self.master = name
         self.slaves = [n for n in self.nodes if n != name]
 
+    def _take_election(self, elected: str | None, serving: Callable[[str], bool],
+                       since_ms: int, t: int, end_ms: Callable[[], int], detail: str) -> bool:
+        """Controller mode: the controller elected `elected`, serving, and
+        the run does not have it as its master yet: record it as a
+        promotion, as the classic scenarios' by hand. Dated from the
+        election (`since_ms`; `t`, the step's time, when unknown), which
+        may be before the step that looks (an election quicker than the
+        scenario's operator delay): the checker moves the route at the
+        fault's start, so the new master's first acks are not taken for a
+        deposed one's. True when it did."""
+        if elected is None or elected == self.master or not serving(elected):
+            return False
+        old = self.acting_master
+        self._promoted(elected)
+        self.record.fault("promote", elected, since_ms if since_ms > 0 else t, peer=old,
+                          end=end_ms(), detail=detail)
+        return True
+
     def _slave_ends(self, wrote: Callable[[str], int | None]) -> dict[str, int]:
         """Before a promotion: the end of every running slave's log (the
         one to be promoted among them), read while no master ships to them."""

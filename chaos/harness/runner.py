@@ -365,19 +365,8 @@ class Run(RunBase):
             route = backend.route()
         except BackendError:
             return False
-        elected = route.master
-        if elected is None or elected == self.master or not self._serving(backend, elected):
-            return False
-        old = self.acting_master
-        self._promoted(elected)
-        # The route changed when the controller published it, which may be
-        # before the step that looks (an election quicker than the
-        # scenario's operator delay): the checker moves the route at the
-        # fault's start, so the new master's first acks are not taken for
-        # a deposed one's.
-        start = route.since_ms if route.since_ms > 0 else t
-        self.record.fault("promote", elected, start, peer=old, end=now_ms(), detail=detail)
-        return True
+        return self._take_election(route.master, lambda n: self._serving(backend, n),
+                                   route.since_ms, t, now_ms, detail)
 
     def _await_sync_state_set(self, backend: ClusterBackend) -> None:
         """Controller mode: up means in sync, as on the sim: the load starts

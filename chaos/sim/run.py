@@ -260,18 +260,11 @@ class SimRun(RunBase):
         """Controller mode: the controller elected a master the run does not
         have as its master yet: record it as a promotion, as the classic
         scenarios' by hand. True when it did."""
-        elected = cluster.master
-        if (cluster.controller is None or elected is None or elected == self.master
-                or not self._serving(cluster, elected)):
+        if cluster.controller is None:
             return False
-        old = self.acting_master
-        self._promoted(elected)
-        # Dated from the election, as the local runner dates it from the
-        # route's since_ms: the checker moves the route at the fault's start.
-        since = cluster.controller.master_since_ms
-        self.record.fault("promote", elected, since or t, peer=old,
-                          end=cluster.clock.wall_ms(), detail=detail)
-        return True
+        return self._take_election(cluster.master, lambda n: self._serving(cluster, n),
+                                   cluster.controller.master_since_ms, t,
+                                   cluster.clock.wall_ms, detail)
 
     async def _await_election(self, cluster: SimCluster, t: int) -> None:
         """Controller mode's PROMOTE step: no operator; wait for the
