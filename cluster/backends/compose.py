@@ -408,7 +408,7 @@ class ComposeBackend(ControllerSteps):
             self._save(state)
             self._publish_route(state)
             self._write_compose_file(state)
-            try:
+            with self._coming_up(state):
                 self._compose(state, "up", "--detach", "--no-build")
                 deadline = time.monotonic() + timeout_s
                 refusals: list[NodeRefusedError] = []
@@ -420,12 +420,6 @@ class ComposeBackend(ControllerSteps):
                 if refusals:
                     raise refusals[0]
                 self._wait_replicating(state, deadline)
-            except NodeRefusedError as exc:  # the cluster stays for `cluster start`
-                raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
-            except BaseException:
-                with contextlib.suppress(BackendError):
-                    self._down_locked(state)
-                raise
             return [self._info(state, n) for n in state["nodes"]]
 
     # ------------------------------------------------------ controller mode
@@ -447,7 +441,7 @@ class ComposeBackend(ControllerSteps):
             os.unlink(self._path(ROUTE_FILE))
         self._save(state)
         self._write_compose_file(state)
-        try:
+        with self._coming_up(state):
             self._compose(state, "up", "--detach", "--no-build", CONTROLLER)
             state["controller"]["starts"] += 1
             self._save(state)
@@ -466,13 +460,6 @@ class ComposeBackend(ControllerSteps):
             state["master"] = self._wait_route_master(deadline)
             self._save(state)
             self._wait_replicating(state, deadline)
-        except NodeRefusedError as exc:  # the cluster stays for `cluster start`
-            self._save(state)
-            raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
-        except BaseException:
-            with contextlib.suppress(BackendError):
-                self._down_locked(state)
-            raise
         return [self._info(state, n) for n in state["nodes"]]
 
     def controller(self) -> dict[str, Any] | None:

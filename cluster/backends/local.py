@@ -148,15 +148,8 @@ class LocalBackend(ControllerSteps):
                                              "pid": None, "start_time": None, "cut": False}
             self._save(state)
             self._publish_route(state)
-            try:
+            with self._coming_up(state):
                 self._start_all(state, spec, time.monotonic() + timeout_s)
-            except NodeRefusedError as exc:
-                self._save(state)  # the others keep running: see _start_all
-                raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
-            except BaseException:
-                self._save(state)
-                self._down_locked(state)
-                raise
             return [self._info(state, n) for n in state["nodes"]]
 
     def _start_all(self, state: dict[str, Any], spec: ClusterSpec, deadline: float) -> None:
@@ -211,7 +204,7 @@ class LocalBackend(ControllerSteps):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(ROUTE_FILE))
         self._save(state)
-        try:
+        with self._coming_up(state):
             self._start_proxies(state, list(state["proxies"]))
             self._save(state)
             self._start_controller(state, deadline)
@@ -230,13 +223,6 @@ class LocalBackend(ControllerSteps):
             state["master"] = self._wait_route_master(deadline)
             self._save(state)
             self._wait_replicating(state, deadline)
-        except NodeRefusedError as exc:
-            self._save(state)
-            raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
-        except BaseException:
-            self._save(state)
-            self._down_locked(state)
-            raise
         return [self._info(state, n) for n in state["nodes"]]
 
     def _new_node_entry(self, ns: NodeSpec, port: int) -> dict[str, Any]:

@@ -180,6 +180,29 @@ class ClusterDir:
                         f"the address the cluster gave it (--listen); see {see}")
                 time.sleep(0.05)
 
+    def _down_locked(self, state: dict[str, Any]) -> None:
+        """Stop every node (and proxy, and controller) of `state`, under the lock."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _coming_up(self, state: dict[str, Any]) -> Iterator[None]:
+        """Around `up` starting a new cluster's nodes. A node refusing to
+        start (damage in its store under corruption policy refuse) leaves
+        the others running, for `dlab cluster start` with a policy: a
+        BackendError that says so. Anything else (a timeout, an interrupt)
+        takes the whole cluster down before it goes on, so no process is
+        left behind. The state is saved first either way."""
+        try:
+            yield
+        except NodeRefusedError as exc:
+            self._save(state)
+            raise BackendError(f"{exc} {self._refusal_hint(exc.node)}") from None
+        except BaseException:
+            self._save(state)
+            with contextlib.suppress(BackendError):
+                self._down_locked(state)
+            raise
+
     def _refusal_hint(self, refused: str) -> str:
         # A refusal in `up` leaves the cluster as it is, so the documented
         # next step (README, "Corruption") works: start that node with a policy.
