@@ -11,14 +11,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from chaos.bench import pipeline as bench
-from chaos.bench import sim as sim_bench
-from chaos.commands import report as commands
-from chaos.commands import run as run_commands
 from cluster.cli import main as cli
+from cluster.cli.main import Area
 
-REGISTER = (*cli.REGISTER, commands.register, run_commands.register, bench.register,
-            sim_bench.register)
+# Loaded only when the command line needs them (cluster.cli.main.Area).
+REGISTER = (*cli.REGISTER,
+            Area("chaos.commands.report", commands=("report",)),
+            Area("chaos.commands.run", commands=("chaos",)),
+            Area("chaos.bench.pipeline", benchmarks=("pipeline",)),
+            Area("chaos.bench.sim", benchmarks=("sim", "sweep")))
 
 
 def build_parser() -> argparse.ArgumentParser:

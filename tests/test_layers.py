@@ -4,6 +4,7 @@ invisible to it, so these tests load the entries and look at what came in."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -20,8 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _subcommands(parser: object) -> dict[str, list[str]]:
     """{command: [its subcommands]} of an argparse parser, for `bench`'s."""
-    import argparse
-
     assert isinstance(parser, argparse.ArgumentParser)
     top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {name: [n for a in p._actions if isinstance(a, argparse._SubParsersAction)
@@ -49,6 +48,50 @@ def test_the_node_entry_loads_no_chaos_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, cwd=ROOT)
     assert json.loads(out.stdout) == []
+
+
+def test_each_area_declares_the_commands_its_module_registers() -> None:
+    """cluster.cli.main.Area names its commands so that a command line loads
+    only its own area: the names must be what the module really adds."""
+    from chaos.cli import REGISTER
+    from cluster.cli.main import Area
+
+    assert all(isinstance(a, Area) for a in REGISTER)
+    for area in REGISTER:
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers(dest="command")
+        bench = sub.add_parser("bench").add_subparsers(dest="bench")
+        area(sub, bench)
+        assert (sorted(set(sub.choices) - {"bench"}), sorted(bench.choices)) == (
+            sorted(area.commands), sorted(area.benchmarks)), area.module
+
+
+@pytest.mark.parametrize("argv, loaded, not_loaded", [
+    (["node", "--help"], "cluster.cli.node_command", "cluster.bench"),
+    (["cluster", "status"], "cluster.cli.cluster_commands", "store.tools.bench"),
+    (["bench", "catch-up"], "cluster.bench.replication", "cluster.cli.commands"),
+    (["chaos", "run"], "chaos.commands.run", "chaos.bench.sim"),
+])
+def test_a_command_line_loads_only_its_own_area(argv: list[str], loaded: str,
+                                                not_loaded: str) -> None:
+    """A node start (`python -m cluster.cli node`, at every start of every
+    node of every run) or a `dlab cluster` call imports no benchmark or
+    harness it does not run; `--help` and an unknown command still see all."""
+    code = ("import json, sys; from chaos import cli; "
+            f"parser = cli.cli.build_parser(cli.REGISTER, {argv!r}); "
+            "top = next(a for a in parser._actions if hasattr(a, 'choices') and a.choices); "
+            "print(json.dumps([sorted(sys.modules), sorted(top.choices)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=ROOT)
+    modules, commands = json.loads(out.stdout)
+    assert loaded in modules and not_loaded not in modules
+    assert argv[0] in commands
+    code = ("import json, sys; from chaos import cli; "
+            "parser = cli.cli.build_parser(cli.REGISTER, ['nonsense']); "
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=ROOT)
+    assert {loaded, not_loaded} <= set(json.loads(out.stdout))
 
 
 @pytest.mark.parametrize("entry, command_module", [

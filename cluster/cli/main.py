@@ -11,31 +11,72 @@ backends start nodes, runs the commands here (no chaos modules loaded)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.backends.interface import BackendError
-from cluster.cli import bench, closed_pipe, commands, image
+from cluster.cli import closed_pipe
 from store.config import ConfigError
 from store.seams.lock import StoreLockedError
 from store.store import StoreOpenError
-from store.tools import bench as store_bench
-from store.tools import cli as store_cli
 from store.tools.cli_args import UserError
 
-# `register(subparsers, bench_subparsers)` of each area, in `--help` order.
+# `register(subparsers, bench_subparsers)` of an area.
 Register = Callable[[Any, Any], None]
-REGISTER: tuple[Register, ...] = (
-    store_cli.register,
-    store_bench.register,
-    commands.register,
-    image.register,
-    bench.register,
+
+
+@dataclass(frozen=True)
+class Area:
+    """One area's commands: the module whose `register(subparsers,
+    bench_subparsers)` adds them, and their names (top-level commands,
+    benchmarks under `dlab bench`). A command line that names a command
+    loads only the area that has it: a node process (`python -m cluster.cli
+    node`, started at every node start of every run) or a `dlab cluster
+    status` then imports no benchmark, backend or chaos module it does not
+    use. tests/test_layers.py checks the names against what each module
+    registers."""
+
+    module: str
+    commands: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = ()
+
+    def __call__(self, sub: Any, bench_sub: Any) -> None:
+        importlib.import_module(self.module).register(sub, bench_sub)
+
+
+# The areas of this layer and below, in `--help` order.
+REGISTER: tuple[Area, ...] = (
+    Area("store.tools.cli", commands=("store",)),
+    Area("store.tools.bench", benchmarks=("durable-mark", "group-commit", "recovery", "store")),
+    Area("cluster.cli.commands", commands=("cluster", "consume", "controller", "node", "send")),
+    Area("cluster.cli.image", commands=("image",)),
+    Area("cluster.cli.bench", benchmarks=("catch-up", "sync-master")),
 )
 
 
-def build_parser(register: Sequence[Register] = REGISTER) -> argparse.ArgumentParser:
+def areas_for(argv: Sequence[str], register: Sequence[Register]) -> list[Register]:
+    """The areas a command line needs: the one that has the command it
+    names (`dlab bench NAME`: the benchmark's), else every area (`--help`,
+    an unknown command: the full list of choices)."""
+    areas = [a for a in register if isinstance(a, Area)]
+    if len(areas) < len(register) or not argv or argv[0].startswith("-"):
+        return list(register)
+    if argv[0] == "bench":
+        if len(argv) < 2 or argv[1].startswith("-"):
+            return list(register)
+        found: list[Register] = [a for a in areas if argv[1] in a.benchmarks]
+    else:
+        found = [a for a in areas if argv[0] in a.commands]
+    return found if len(found) == 1 else list(register)
+
+
+def build_parser(register: Sequence[Register] = REGISTER,
+                 argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `dlab` parser with every area's commands, or (`argv` given) only
+    those the command line needs (areas_for)."""
     parser = argparse.ArgumentParser(
         prog="dlab",
         description=(
@@ -52,7 +93,7 @@ def build_parser(register: Sequence[Register] = REGISTER) -> argparse.ArgumentPa
         "figure as a ratio to it (this machine is shared; absolute times mean little).",
     )
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
-    for area in register:
+    for area in (register if argv is None else areas_for(argv, register)):
         area(sub, bench_sub)
     return parser
 
@@ -75,7 +116,9 @@ def main(argv: Sequence[str] | None = None, register: Sequence[Register] = REGIS
 
 
 def _run(argv: Sequence[str] | None, register: Sequence[Register]) -> int:
-    parser = build_parser(register)
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(register, argv)
     args = parser.parse_args(argv)  # --help writes to stdout (and exits) here
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
