@@ -56,12 +56,14 @@ def cmd_explore(args: argparse.Namespace) -> int:
             events=args.events or ()).validate()
     except (EmulateError, ValueError) as exc:
         raise UserError(str(exc)) from None
+    if args.workers is not None and args.spark_master is not None:
+        raise UserError("--workers and --spark-master: give one (--workers N runs the runs on "
+                        "a pool of N processes instead of Spark)")
     results_dir(args.out)
-    workers = args.workers or os.cpu_count() or 1
     try:
-        counts, findings = explore(opts, args.out, workers=workers,
-                                   log=lambda s: print(s, flush=True),
-                                   spark_master=args.spark_master)
+        counts, findings = explore(
+            opts, args.out, workers=args.workers or 1, log=lambda s: print(s, flush=True),
+            spark_master=None if args.workers is not None else args.spark_master or "local[*]")
     except ExploreError as exc:
         raise UserError(str(exc)) from None
     print(f"{opts.mode}: {counts.crash_points} crash points, {counts.states} disk states "
@@ -151,12 +153,13 @@ def register(csub: Any) -> None:
     p.add_argument("--events", type=event_list, default=None, metavar="LIST",
                    help="only these crash points (numbers from the reference run, e.g. "
                    "3,10-14; default: every one)")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="processes running the runs (default: one per CPU)")
     p.add_argument("--spark-master", default=None, metavar="URL",
-                   help="run the runs as Spark tasks on this master (local[*]: every core "
-                   "here; a cluster URL: OUT must be at the same path on every executor); "
-                   "default: a process pool of --workers")
+                   help="run the runs as Spark tasks on this master, as the sim sweeps do "
+                   "(default local[*]: every core here; a cluster URL: OUT must be at the "
+                   "same path on every executor)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="instead of Spark, run the runs on a pool of N processes (1: in "
+                   "this process)")
     p.add_argument("--out", default="dlab-explore", metavar="DIR",
                    help="directory for explore.json, the reference run and the cases "
                    "(default %(default)s)")

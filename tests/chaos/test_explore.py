@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.pipeline_fixtures import spark  # noqa: F401
 
 from chaos.check.run_dirs import load_run
 from chaos.cli import main
@@ -314,6 +316,26 @@ def test_the_counts_add_up_and_explore_json_says_them(tmp_path: Path) -> None:
     # Only the findings' runs are kept.
     assert len(os.listdir(tmp_path / "out" / "cases")) == sum(
         1 for f in doc["findings"] if f["kinds"])
+
+
+def test_spark_tasks_explore_what_the_process_pool_explores(
+        tmp_path: Path, spark: Any) -> None:  # noqa: F811
+    """Spark is the default runner (local[*], as the sim sweeps): the same
+    crash points give the same counts and the same findings, run for run,
+    as a pool of processes (each run is deterministic)."""
+    first = _first(_events(tmp_path, emulate=PLANTED), "master answer-sent")
+    opts = ExploreOptions(emulate=PLANTED, events=tuple(range(first - 3, first + 3))).validate()
+    on_spark, found_spark = explore(opts, str(tmp_path / "spark"), workers=1,
+                                    log=lambda s: None,
+                                    spark_master=spark.sparkContext.master)
+    here, found_here = explore(opts, str(tmp_path / "here"), workers=1, log=lambda s: None)
+    assert (on_spark.crash_points, on_spark.states, on_spark.runs, on_spark.findings) == (
+        here.crash_points, here.states, here.runs, here.findings)
+    assert on_spark.findings[VIOLATION] > 0  # the planted ack before its fsync
+    assert [(f["event"], f["target"], f["kinds"]) for f in found_spark] == [
+        (f["event"], f["target"], f["kinds"]) for f in found_here]
+    assert sorted(os.listdir(tmp_path / "spark" / "cases")) == sorted(
+        os.listdir(tmp_path / "here" / "cases"))
 
 
 # ------------------------------------------------------------------ replay
