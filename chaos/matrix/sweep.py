@@ -31,6 +31,7 @@ from chaos.harness.runner import RunConfig
 from chaos.matrix.grid import MatrixOutcome
 from chaos.matrix.launch import KeepingStores, make_run
 from cluster.backends.image import CheckedImages
+from cluster.cli import interrupt
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -112,6 +113,7 @@ def run_in_order(configs: Sequence[RunConfig], *,
         r = run_one(cfg, images)
         results.append(r)
         on_done(i, len(configs), r)
+        interrupt.check()  # a Ctrl-C a run's own code swallowed ends the sequence here
     return _outcome(results, time.monotonic() - t0), results
 
 

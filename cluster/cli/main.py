@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.backends.interface import BackendError
-from cluster.cli import closed_pipe
+from cluster.cli import closed_pipe, interrupt
 from store.config import ConfigError
 from store.seams.lock import StoreLockedError
 from store.store import StoreOpenError
@@ -122,7 +122,8 @@ def _run(argv: Sequence[str] | None, register: Sequence[Register]) -> int:
     args = parser.parse_args(argv)  # --help writes to stdout (and exits) here
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
-        return int(handler(args) or 0)
+        with interrupt.watching():
+            return int(handler(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
