@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,20 @@ class SlaveLink(enum.StrEnum):
 #: The states a slave's link ends in after a change of master: its reports
 #: accepted, or refused for good (a failover waits for one of these).
 SETTLED_LINKS = frozenset({SlaveLink.CONNECTED, SlaveLink.REJECTED, SlaveLink.DIVERGED})
+
+
+NEVER_REPORTED = "never reported"
+
+
+def note_follower_links(found: dict[str, str], links: Iterable[Any]) -> bool:
+    """Set each follower's entry of `found` (NEVER_REPORTED to start) to
+    its link as a master's status lists it, "STATE DETAIL" (`links`: its
+    SlaveLinkStates, or node status `slaves[]`); True once every one has
+    settled (SETTLED_LINKS). What a promotion waits for, on every backend."""
+    for link in links:
+        if link.slave in found:
+            found[link.slave] = f"{link.state} {link.detail}".strip()
+    return all(v.split(" ")[0] in SETTLED_LINKS for v in found.values())
 
 
 @dataclass

@@ -59,7 +59,7 @@ from chaos.sim.controller import (
 from cluster.backends.interface import NodeSpec, NodeState
 from cluster.node.server import Node, NodeConfig
 from ha.controller.config import ControllerConfig
-from ha.master import SETTLED_LINKS
+from ha.master import NEVER_REPORTED, note_follower_links
 from ha.transport.memory import MemoryNetwork
 from ha.transport.streams import Handler, MasterStream
 from store.failpoints import Failpoints
@@ -558,13 +558,11 @@ class SimCluster:
         deadline = self.loop.time() + timeout_s
         while True:
             node = self.nodes[master].node
-            found = {f: "never reported" for f in followers}
-            if node is not None and node.ha_master is not None:
-                for link in node.ha_master.status():
-                    if link.slave in found:
-                        found[link.slave] = f"{link.state} {link.detail}".strip()
-            if all(v.split(" ")[0] in SETTLED_LINKS for v in found.values()) \
-                    or self.loop.time() >= deadline:
+            found = {f: NEVER_REPORTED for f in followers}
+            settled = note_follower_links(
+                found, node.ha_master.status() if node is not None and node.ha_master is not None
+                else ())
+            if settled or self.loop.time() >= deadline:
                 return found
             await asyncio.sleep(LINK_POLL_S)
 

@@ -24,7 +24,7 @@ from cluster.backends.interface import REFUSAL_FILE, BackendError, NodeInfo, rea
 from cluster.node.auth import read_token_file
 from cluster.node.route import ROUTE_FILE, Route, RouteError, read_route
 from ha.credentials import token_metadata
-from ha.master import SETTLED_LINKS
+from ha.master import NEVER_REPORTED, note_follower_links
 from proto import broker_pb2, broker_pb2_grpc
 from store.config import CorruptionPolicy, CrashModel
 from store.failpoints import Failpoints, FailpointSpecError
@@ -306,22 +306,19 @@ class ClusterDir:
         settled (connected, rejected by slave_ahead_policy, or diverged) or the
         deadline passed ("never reported" for one the master does not know)."""
         master = state["master"]
-        found = {n: "never reported" for n in slaves}
+        found = {n: NEVER_REPORTED for n in slaves}
         if not slaves:
             return found
         metadata = token_metadata(read_token_file(self._path("token")))
         with grpc.insecure_channel(state["nodes"][master]["address"]) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
+            settled = False
             while True:
                 with contextlib.suppress(grpc.RpcError):
                     status = stub.Status(broker_pb2.StatusRequest(), timeout=2.0,
                                          metadata=metadata)
-                    for link in status.slaves:
-                        if link.slave in found:
-                            found[link.slave] = (f"{link.state} {link.detail}".strip())
-                if all(v.split(" ")[0] in SETTLED_LINKS
-                       for v in found.values()) \
-                        or time.monotonic() > deadline:
+                    settled = note_follower_links(found, status.slaves)
+                if settled or time.monotonic() > deadline:
                     return found
                 time.sleep(0.05)
 

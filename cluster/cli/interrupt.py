@@ -1,8 +1,8 @@
 """Ctrl-C that a library cannot swallow. Python raises KeyboardInterrupt
 wherever the main thread is when SIGINT arrives; inside a library call
-that turns every error into its own (a blocking gRPC call made into an
-RpcError, which a run's status poll logs and goes on from) the interrupt
-is lost, and a matrix once ran to its end after Ctrl-C, exit 0. The CLI
+that turns errors into its own (likely a blocking gRPC call, whose error a
+run's status poll logs and goes on from; not proven) the interrupt can be
+lost, and a matrix once ran to its end after Ctrl-C, exit 0. The CLI
 marks the interrupt here as well (`watching`), and long loops ask
 `check()` between their steps."""
 
