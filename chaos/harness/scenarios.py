@@ -426,9 +426,9 @@ _add(Scenario(
     "power-cut the master while the slave is paused, resume the slave; it is elected "
     "(controller mode) or promoted after the operator's delay, and the old master "
     "rejoins with its own disk, holding a tail the new master never got",
-    # A pause, not a partition: the compose backend cuts no link in
-    # controller mode (the local one does). The pause (3-4 s, under the 15 s a
-    # SyncStateSet keeps a member that lags) leaves the slave a member, so
+    # A pause (SIGSTOP): the slave neither replicates nor heartbeats. The
+    # pause (3-4 s, under the 15 s a SyncStateSet keeps a member that lags)
+    # leaves the slave a member, so
     # it is the one the controller elects once it heartbeats again; what
     # the master shipped into the paused slave's socket before its power
     # cut is a flow-control window, far less than 3 s of load.

@@ -11,14 +11,22 @@ controller mode also controller/ (the controller's state) and
 controller.log, written by the controller's container (see "controller
 mode" below).
 
-Networks. Two per cluster, so that cutting replication leaves the harness's
-view intact:
+Networks, so that cutting replication leaves the harness's view intact:
 - `client`: every node's gRPC port is published on 127.0.0.1:HOSTPORT
   through it; the harness, `dlab send` and `status` use those addresses.
-- `repl`: the slaves reach the master as `repl-master:7000`, an alias that
-  exists on this network only. `partition(master, slave)` disconnects the
-  slave from `repl` (its established HA stream dies with the interface; a new
-  one cannot resolve the master); `heal` connects it again.
+- `repl` (classic mode): the slaves reach the master as `repl-master:7000`,
+  an alias that exists on this network only. `partition(master, slave)`
+  disconnects the slave from `repl` (its established HA stream dies with the
+  interface; a new one cannot resolve the master); `heal` connects it again.
+- link networks (controller mode, where any node may follow any other): one
+  per pair of nodes, `link.A.B`, on which each of the two is `peer.NAME`,
+  and one per node with the controller, `ctl.NAME`, on which the controller
+  is `controller.link`. A node reaches its peers and the controller by those
+  aliases only (`--peer-address`, `--controller`), so `partition(A, B)`
+  (disconnecting both from `link.A.B`) cuts that pair and nothing else, and
+  `partition(A, controller)` cuts A's calls to the controller. A cluster of
+  n nodes has n(n-1)/2 + n of them: the engine's default address pools hold
+  about 30 networks, so a few controller-mode clusters at once fit.
 
 Faults go through the Docker SDK: kill = SIGKILL to the node (PID 1 of its
 container; the node's crash model decides what survives; under `power` the
@@ -51,6 +59,7 @@ from cluster.backends.dir_files import replace_no_link, write_token
 from cluster.backends.docker_engine import EngineUnavailableError, connect
 from cluster.backends.failover import Promotion, decide_promote, refuse_lost
 from cluster.backends.interface import (
+    CONTROLLER_NAME,
     REFUSAL_FILE,
     BackendError,
     ClusterSpec,
@@ -92,9 +101,19 @@ TOKEN_MOUNT = "/run/dlab/token"
 # cluster's networks, where nodes reach it) and its port inside its container;
 # the cluster directory is bind-mounted at CLUSTER_MOUNT there (its state in
 # controller/, its log controller.log, the route it publishes route.json).
-CONTROLLER = "controller"
+CONTROLLER = CONTROLLER_NAME
 CONTROLLER_PORT = 9876
 CLUSTER_MOUNT = "/cluster"
+# Controller mode: a node reaches a peer as `peer.NAME`, the peer's alias on
+# the link network of the two, and the controller as CONTROLLER_ALIAS, its
+# alias on the node's own link network to it (node names hold no dot, so no
+# alias is a service name).
+CONTROLLER_ALIAS = "controller.link"
+
+
+def peer_alias(name: str) -> str:
+    """Controller mode: node `name`'s alias on each of its link networks."""
+    return f"peer.{name}"
 
 
 def health_probe(port: int) -> str:
@@ -118,13 +137,46 @@ def project_name(directory: str) -> str:
     return "dlab-" + hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:10]
 
 
+def link_networks(nodes: list[str]) -> dict[str, tuple[str, str]]:
+    """Controller mode: every link network of a cluster of `nodes` (by its
+    key in the compose file) with the two containers on it: one per pair of
+    nodes, one per node and the controller."""
+    links = {link_network(a, b): (a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]}
+    links.update({link_network(a, CONTROLLER): (a, CONTROLLER) for a in nodes})
+    return links
+
+
+def link_network(a: str, b: str) -> str:
+    """The key of the link network between nodes a and b, or a node and the
+    controller (CONTROLLER): `link.A.B` (a pair, in name order) or `ctl.A`."""
+    if CONTROLLER in (a, b):
+        return f"ctl.{b if a == CONTROLLER else a}"
+    first, second = sorted((a, b))
+    return f"link.{first}.{second}"
+
+
+def _cut_links(state: dict[str, Any], name: str) -> list[str]:
+    """Controller mode: the cut link networks node `name` is on."""
+    links = link_networks(list(state["nodes"]))
+    return [key for key in state.get("cuts", ()) if name in links[key]]
+
+
+def cut_from(state: dict[str, Any], name: str) -> list[str]:
+    """Controller mode: the nodes (and the controller) node `name` is cut
+    from now."""
+    links = link_networks(list(state["nodes"]))
+    return sorted(next(m for m in links[key] if m != name) for key in _cut_links(state, name))
+
+
 def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = (),
                  slaves: tuple[str, ...] = (), controller: str | None = None,
-                 advertise: str | None = None) -> list[str]:
+                 advertise: str | None = None,
+                 peer_addresses: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """What the container runs after the image's `dlab` entrypoint. A
     classic slave follows `repl-master`; in controller mode (`controller`
-    given) the node follows whom the controller names, and gives it
-    `advertise`, the address its peers reach it at."""
+    given) the node follows whom the controller names, reaching it at its
+    `peer_addresses` entry, and gives the controller `advertise`, the
+    address clients and the route name it by."""
     spec = dataclasses.replace(ns, failpoints=failpoints)
     master = f"{MASTER_ALIAS}:{NODE_PORT}" if ns.role == Role.SLAVE else None
     return ["node", *spec.node_args(data_dir=f"{NODE_MOUNT}/data",
@@ -132,7 +184,8 @@ def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] 
                                     token_file=TOKEN_MOUNT,
                                     refusal_file=f"{NODE_MOUNT}/{REFUSAL_FILE}",
                                     repair_from=repair_from, slaves=slaves,
-                                    controller=controller, advertise=advertise),
+                                    controller=controller, advertise=advertise,
+                                    peer_addresses=peer_addresses),
             "--log-file", f"{NODE_MOUNT}/node.log"]
 
 
@@ -164,15 +217,23 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
         ns = spec_from_dict(n["spec"])
         if controller is not None:
             # Any node may be elected: every other is its peer to repair
-            # from and a slave it counts in its HA stream limit.
-            repl: dict[str, Any] = {}
+            # from and a slave it counts in its HA stream limit, reached
+            # through the link network of the two.
+            peers = tuple((k, f"{peer_alias(k)}:{NODE_PORT}") for k in nodes if k != name)
             command = node_command(
                 ns, failpoints=n["failpoints"],
-                repair_from=tuple(f"{k}:{NODE_PORT}" for k in nodes if k != name),
+                repair_from=tuple(address for _, address in peers),
                 slaves=tuple(k for k in nodes if k != name),
-                controller=f"{CONTROLLER}:{CONTROLLER_PORT}", advertise=f"{name}:{NODE_PORT}")
+                controller=f"{CONTROLLER_ALIAS}:{CONTROLLER_PORT}",
+                advertise=f"{name}:{NODE_PORT}", peer_addresses=peers)
+            networks: dict[str, Any] = {"client": {}}
+            for key, members in link_networks(list(nodes)).items():
+                if name in members:
+                    networks[key] = ({} if CONTROLLER in members
+                                     else {"aliases": [peer_alias(name)]})
         else:
-            repl = {"aliases": [MASTER_ALIAS]} if name == master else {}
+            networks = {"client": {},
+                        "repl": {"aliases": [MASTER_ALIAS]} if name == master else {}}
             command = node_command(
                 ns, failpoints=n["failpoints"],
                 # A master repairs from its slaves, by service name on the
@@ -192,7 +253,7 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
                  "target": TOKEN_MOUNT, "read_only": True},
             ],
             "ports": [f"{HOST}:{n['port']}:{NODE_PORT}"],
-            "networks": {"client": {}, "repl": repl},
+            "networks": networks,
             "healthcheck": {"test": ["CMD", "python3", "-c", health_probe(NODE_PORT)],
                             "interval": "2s", "timeout": "5s", "retries": 3},
             "labels": {"durability-lab.node": name, "durability-lab.cluster-dir": directory},
@@ -211,17 +272,21 @@ def compose_document(*, project: str, directory: str, image: str, master: str,
                  "target": TOKEN_MOUNT, "read_only": True},
             ],
             "ports": [f"{HOST}:{controller['port']}:{CONTROLLER_PORT}"],
-            "networks": {"client": {}, "repl": {}},
+            "networks": {"client": {}, **{
+                key: {"aliases": [CONTROLLER_ALIAS]}
+                for key, members in link_networks(list(nodes)).items()
+                if CONTROLLER in members}},
             "healthcheck": {"test": ["CMD", "python3", "-c", health_probe(CONTROLLER_PORT)],
                             "interval": "2s", "timeout": "5s", "retries": 3},
             "labels": {"durability-lab.controller": "1",
                        "durability-lab.cluster-dir": directory},
         }
-    return {
-        "services": services,
-        "networks": {"client": {"name": f"{project}-client"},
-                     "repl": {"name": f"{project}-repl"}},
-    }
+    networks = {"client": {"name": f"{project}-client"}}
+    if controller is None:
+        networks["repl"] = {"name": f"{project}-repl"}
+    else:
+        networks.update({key: {"name": f"{project}-{key}"} for key in link_networks(list(nodes))})
+    return {"services": services, "networks": networks}
 
 
 def _container_basics(project: str, name: str, image: str, user: str) -> dict[str, Any]:
@@ -310,7 +375,10 @@ class ComposeBackend(ControllerSteps):
                                f"{timeout_s:g} s") from None
         if result.returncode != 0:
             tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-6:])
-            raise BackendError(f"`{' '.join(cmd[:2])} {' '.join(args)}` failed: {tail}")
+            hint = (" (the engine's address pools are used up by other networks: `dlab "
+                    "cluster down` clusters you no longer need, or `docker network prune`)"
+                    if "address pool" in tail else "")
+            raise BackendError(f"`{' '.join(cmd[:2])} {' '.join(args)}` failed: {tail}{hint}")
 
     def _container(self, state: dict[str, Any], name: str) -> Container | None:
         from docker.errors import NotFound
@@ -522,7 +590,10 @@ class ComposeBackend(ControllerSteps):
         if refused:
             node_state, extra["refused"] = NodeState.REFUSED, refused
         node_state = self._lost_state(state, name, node_state, extra)
-        if name != state["master"]:
+        if state.get("controller"):
+            extra["cut_from"] = cut_from(state, name)
+            extra["partitioned"] = bool(extra["cut_from"])
+        elif name != state["master"]:
             extra["partitioned"] = bool(n["partitioned"])
         return NodeInfo(
             name=name, role=Role(n["spec"]["role"]), address=n["address"], state=node_state,
@@ -627,14 +698,6 @@ class ComposeBackend(ControllerSteps):
     def _link(self, state: dict[str, Any], a: str, b: str) -> str:
         check_name(state, a)
         check_name(state, b)
-        if state.get("controller"):
-            # A slave reaches whichever master the controller names on the
-            # cluster's networks; cutting one pair of containers would need
-            # a network (or a proxy) per pair, which this backend does not
-            # make. The local backend does (cluster/backends/controller_links.py).
-            raise BackendError("partition and heal are for classic mode on compose (its "
-                               "controller-mode nodes reach each other directly, with no link "
-                               "of the backend's to cut); the local backend cuts them")
         master = state["master"]
         if master not in (a, b) or a == b:
             raise BackendError(f"no replication link between {a} and {b}: links run between "
@@ -644,6 +707,9 @@ class ComposeBackend(ControllerSteps):
     def partition(self, a: str, b: str) -> None:
         with self._locked():
             state = self._load()
+            if state.get("controller"):
+                self._set_controller_link(state, a, b, cut=True)
+                return
             slave = self._link(state, a, b)
             if not state["nodes"][slave]["partitioned"]:
                 self._set_link(state, slave, cut=True)
@@ -653,6 +719,9 @@ class ComposeBackend(ControllerSteps):
     def heal(self, a: str, b: str) -> None:
         with self._locked():
             state = self._load()
+            if state.get("controller"):
+                self._set_controller_link(state, a, b, cut=False)
+                return
             slave = self._link(state, a, b)
             # An old master a promotion left running is off the network too
             # (_leave_repl) though no link of it was cut.
@@ -663,20 +732,71 @@ class ComposeBackend(ControllerSteps):
             self._save(state)
 
     def _set_link(self, state: dict[str, Any], slave: str, *, cut: bool) -> None:
-        from docker.errors import APIError
-
         container = self._container(state, slave)
         if container is None:
             raise BackendError(f"node {slave} has no container; restart the cluster")
-        network = self._docker().networks.get(f"{state['project']}-repl")
+        self._attach(state, container, "repl", [slave], attach=not cut,
+                     what=f"the link of {slave}")
+
+    def _attach(self, state: dict[str, Any], container: Container, key: str,
+                aliases: list[str], *, attach: bool, what: str) -> None:
+        """Connect `container` to network `key` of the compose file (with
+        `aliases`) or disconnect it: a cut (or heal) of a link, a real
+        network fault. An established connection through the network dies
+        with the container's interface on it; a new one cannot resolve the
+        peer's alias."""
+        from docker.errors import APIError
+
+        network = self._docker().networks.get(f"{state['project']}-{key}")
         try:
-            if cut:
-                network.disconnect(container)
+            if attach:
+                network.connect(container, aliases=aliases)
             else:
-                network.connect(container, aliases=[slave])
+                network.disconnect(container)
         except APIError as exc:
-            raise BackendError(f"cannot {'cut' if cut else 'heal'} the link of {slave}: "
+            raise BackendError(f"cannot {'heal' if attach else 'cut'} {what}: "
                                f"{exc.explanation or exc}") from None
+
+    # Controller mode: any node may follow any other, so every pair of
+    # nodes has a link network of its own, as has every node with the
+    # controller (link_networks); a node reaches a peer by the peer's alias
+    # there. A partition of two nodes takes both off the network of their
+    # pair and nothing else: each keeps its links to a third node and to the
+    # controller, as on local and the sim. A partition of a node and the
+    # controller takes the node off its network to the controller. The
+    # state's "cuts" holds each cut link's network key.
+    def _set_controller_link(self, state: dict[str, Any], a: str, b: str, *,
+                             cut: bool) -> None:
+        if a == b:
+            raise BackendError(f"no link between {a} and itself")
+        for name in (a, b):
+            if name != CONTROLLER:
+                check_name(state, name)
+        key = link_network(a, b)
+        cuts: list[str] = state.setdefault("cuts", [])
+        if (key in cuts) != cut:
+            for name in (a, b):
+                if name != CONTROLLER:
+                    self._attach_link(state, name, key, attach=not cut)
+        if cut and key not in cuts:
+            cuts.append(key)
+        elif not cut and key in cuts:
+            cuts.remove(key)
+        self._save(state)
+
+    def _attach_link(self, state: dict[str, Any], name: str, key: str, *,
+                     attach: bool) -> None:
+        """Node `name` on (or off) link network `key`, running or not (a
+        stopped container keeps its networks to its next start)."""
+        container = self._container(state, name)
+        if container is None:  # its next container is made with the cut applied
+            return
+        container.reload()
+        on = f"{state['project']}-{key}" in container.attrs["NetworkSettings"]["Networks"]
+        if on != attach:
+            self._attach(state, container, key, [] if key.startswith("ctl.")
+                         else [peer_alias(name)], attach=attach,
+                         what=f"the link {key} of {name}")
 
     def _spec_changed(self, entry: dict[str, Any]) -> None:
         # A new command line: the next start recreates the container.
@@ -782,6 +902,8 @@ class ComposeBackend(ControllerSteps):
             entry["starts"] += 1
             if entry["partitioned"]:
                 self._set_link(state, n, cut=True)
+            for key in _cut_links(state, n):
+                self._attach_link(state, n, key, attach=False)
 
     def _kill_for_loss(self, state: dict[str, Any], name: str) -> None:
         container = self._container(state, name)
@@ -803,12 +925,40 @@ class ComposeBackend(ControllerSteps):
 
     # ---------------------------------------------------------------- down
     def kill_controller(self) -> None:
-        raise BackendError("the compose backend runs no controller yet (controller mode runs "
-                           "on --backend local or sim)")
+        """Controller mode: SIGKILL the controller's container (its state
+        file, on the host, is written durably before every answer, so it
+        loses nothing it answered); no election happens until
+        `start_controller`."""
+        with self._locked():
+            state = self._load()
+            if not state.get("controller"):
+                raise BackendError("this cluster runs no controller (classic mode)")
+            container = self._container(state, CONTROLLER)
+            if container is None or container.status not in ("running", "paused"):
+                raise BackendError("cannot kill the controller: it is not running")
+            container.kill(signal="SIGKILL")
+            self._wait_exited(container, CONTROLLER, 10)
 
     def start_controller(self, *, timeout_s: float = 60.0) -> None:
-        raise BackendError("the compose backend runs no controller yet (controller mode runs "
-                           "on --backend local or sim)")
+        """Controller mode: start the controller's container again, on its
+        state directory and address; returns once it serves. A restarted
+        controller judges no broker alive or dead until it hears from it."""
+        with self._locked():
+            state = self._load()
+            if not state.get("controller"):
+                raise BackendError("this cluster runs no controller (classic mode)")
+            container = self._container(state, CONTROLLER)
+            if container is not None and container.status in ("running", "paused"):
+                raise BackendError("the controller is already running")
+            if container is None:
+                self._write_compose_file(state)
+                self._compose(state, "up", "--detach", "--no-build", "--no-deps", CONTROLLER)
+            else:
+                container.start()
+            state["controller"]["starts"] += 1
+            self._save(state)
+            self._wait_controller_serving(state, time.monotonic() + timeout_s,
+                                          exited=lambda: self._exit_output(state, CONTROLLER))
 
     def down(self) -> None:
         with self._locked():

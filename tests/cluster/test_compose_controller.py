@@ -7,7 +7,9 @@ and replaced by the controller's election within its heartbeat timeout
 (plus a loaded machine's margin); the route on the host following it at
 the new master's published port, every acknowledged message on the new
 master, which takes puts; the old master started again on its own disk
-following it; classic-only operations refused; `down` leaving nothing.
+following it; a partition cutting one pair of nodes (or a node from the
+controller) and a heal restoring it; the controller's container killed and
+started again; classic-only operations refused; `down` leaving nothing.
 
 The compose document of controller mode is checked without an engine."""
 
@@ -87,22 +89,36 @@ def test_controller_mode_document_runs_the_controller_and_points_every_node_at_i
     assert ctl["ports"] == ["127.0.0.1:41009:9876"]
     assert ctl["container_name"] == "dlab-x-controller" and ctl["user"] == "1000:1000"
     assert "127.0.0.1:9876" in " ".join(ctl["healthcheck"]["test"])
+    # Every pair of nodes has a link network, and every node one with the
+    # controller, which is `controller.link` on each.
+    links = {"link.master.slave1", "link.master.slave2", "link.slave1.slave2",
+             "ctl.master", "ctl.slave1", "ctl.slave2"}
+    assert set(doc["networks"]) == {"client", *links}
+    assert doc["networks"]["link.master.slave1"] == {"name": "dlab-x-link.master.slave1"}
+    assert ctl["networks"] == {"client": {}, **{
+        k: {"aliases": ["controller.link"]} for k in links if k.startswith("ctl.")}}
     for name, svc in doc["services"].items():
         if name == "controller":
             continue
         c = svc["command"]
-        # No alias and no --master: a node follows whom the controller names,
-        # at the service name it gives the controller.
-        assert svc["networks"] == {"client": {}, "repl": {}}
+        others = [n for n in nodes if n != name]
+        # No --master: a node follows whom the controller names, through
+        # the link network of the two, where that node is `peer.NAME`; it
+        # calls the controller on its own link network to it.
+        assert svc["networks"] == {
+            "client": {}, f"ctl.{name}": {},
+            **{"link." + ".".join(sorted((name, o))): {"aliases": [f"peer.{name}"]}
+               for o in others}}
         assert "--master" not in c
         assert (value(c, "--ha-mode"), value(c, "--controller"), value(c, "--advertise")) == (
-            "controller", "controller:9876", f"{name}:7000")
+            "controller", "controller.link:9876", f"{name}:7000")
+        assert [c[i + 1] for i, a in enumerate(c) if a == "--peer-address"] == [
+            f"{o}=peer.{o}:7000" for o in others]
         assert (value(c, "--in-sync-replicas"), value(c, "--min-in-sync-replicas")) == ("2", "2")
         assert "--all-ack-in-sync-state-set" in c
-        others = [n for n in nodes if n != name]
         assert [c[i + 1] for i, a in enumerate(c) if a == "--ha-slave"] == others
         assert [c[i + 1] for i, a in enumerate(c) if a == "--repair-from"] == [
-            f"{n}:7000" for n in others]
+            f"peer.{n}:7000" for n in others]
 
 
 def test_a_node_named_like_the_controller_is_refused(tmp_path: Path) -> None:
@@ -236,11 +252,9 @@ def test_a_killed_master_container_is_replaced_by_the_controllers_election(cdir:
     on_new_master = records(d, str(elected))
     assert {o.msg_id for o in before + after} <= set(on_new_master)
 
-    # The operator does not promote in this mode, and there is no link to cut.
+    # The operator does not promote in this mode.
     fails("cluster", "promote", other, "--dir", d,
           message="in controller mode the controller elects the master")
-    fails("cluster", "partition", str(elected), other, "--dir", d,
-          message="partition and heal are for classic mode on compose")
 
     # The old master, on its own disk: it asks the controller, follows the
     # new master, and ends with the same records.
@@ -252,6 +266,38 @@ def test_a_killed_master_container_is_replaced_by_the_controllers_election(cdir:
     wait_until(lambda: records(d, other) == records(d, str(elected)), 60,
                f"{other} holding what the new master holds")
     assert route(d)["master"] == elected  # the old master's return changed nothing
+
+    # A partition cuts one pair's link network and nothing else: the new
+    # master loses `other` (its HA housekeeping drops the silent stream) and
+    # keeps the old master, so puts needing one slave's ack go on.
+    ok("cluster", "partition", str(elected), other, "--dir", d)
+    rows = status(d)
+    assert (rows[other]["cut_from"], rows[str(elected)]["cut_from"], rows["master"]["cut_from"]
+            ) == ([elected], [other], [])
+    wait_until(lambda: connected_slaves(d, str(elected)) == {"master"}, 60,
+               f"the new master without {other}")
+    cut = send(d, 20, "cut")
+    assert {o.status for o in cut} == {"PUT_OK"}, [o.detail for o in cut]
+    ok("cluster", "heal", str(elected), other, "--dir", d)
+    assert status(d)[other]["cut_from"] == []
+    wait_until(lambda: connected_slaves(d, str(elected)) == {"master", other}, 60,
+               f"{other} following the new master again")
+    wait_until(lambda: records(d, other) == records(d, str(elected)), 60,
+               f"{other} catching up after the heal")
+    # A node cut from the controller (not from its peers) keeps replicating.
+    ok("cluster", "partition", other, "controller", "--dir", d)
+    assert status(d)[other]["cut_from"] == ["controller"]
+    fails("cluster", "partition", other, other, "--dir", d, message="no link between")
+    ok("cluster", "heal", "controller", other, "--dir", d)
+    assert status(d)[other]["cut_from"] == []
+
+    # The controller killed and started again: it keeps its master and epoch.
+    backend.kill_controller()
+    assert ComposeBackend(d).controller()["state"] == "stopped"  # type: ignore[index]
+    backend.start_controller(timeout_s=120)
+    wait_until(lambda: backend.sync_state_set() >= {str(elected)}, 60,
+               "the restarted controller answering")
+    assert route(d)["master"] == elected
 
     ok("cluster", "down", "--dir", d)
     left = subprocess.run(["docker", "ps", "--all", "--quiet", "--filter",
