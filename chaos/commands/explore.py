@@ -101,8 +101,9 @@ def register(csub: Any) -> None:
         "runs the workload again, crashes there, restarts and recovers the crashed nodes, "
         "sends --puts-after more puts to the recovered cluster, settles and judges every "
         "PUT_OK as any run is judged. States that leave the same bytes are run once. "
-        "Every state that breaks a promise, leaves a slave ahead, diverges or loses an "
-        "acknowledged message (as its mode allows) is kept as a case under OUT/cases/, "
+        "Every state that breaks a promise, leaves a slave ahead, diverges, loses an "
+        "acknowledged message (as its mode allows) or, with --consumer, loses a delivered "
+        "message or never delivers a stored one is kept as a case under OUT/cases/, "
         "replayable byte for byte with `dlab chaos replay`.", epilog=EXPLORE_EXIT)
     p.add_argument("--role", choices=ROLES, default="SYNC_MASTER",
                    help="the master's role (default %(default)s)")

@@ -42,7 +42,12 @@ ALLOWED_LOSS = "allowed-loss"  # an acknowledged message lost, as the mode allow
 # With --consumer: a message the consumer got that no node holds at the end
 # (chaos/check/consumption.py's delivered_then_lost).
 DELIVERED_THEN_LOST = "delivered-then-lost"
-KINDS = (VIOLATION, SLAVE_AHEAD, DIVERGENCE, ALLOWED_LOSS, DELIVERED_THEN_LOST)
+# With --consumer: a message the recovered master holds, consumable, that
+# the consumer never got though it drained the queues (consumption.py's
+# stored_never_delivered: two records sharing a consume-queue offset).
+STORED_NEVER_DELIVERED = "stored-never-delivered"
+KINDS = (VIOLATION, SLAVE_AHEAD, DIVERGENCE, ALLOWED_LOSS, DELIVERED_THEN_LOST,
+         STORED_NEVER_DELIVERED)
 SPARK_TASK_RUNS = 8  # runs per Spark task: a run is a few hundredths of a CPU second
 
 
@@ -159,6 +164,9 @@ def judge(run_dir: str) -> dict[str, Any]:
     delivered_then_lost = (outcome.consumer or {}).get("delivered_then_lost") or 0
     if delivered_then_lost:
         kinds.append(DELIVERED_THEN_LOST)
+    stored_never_delivered = (outcome.consumer or {}).get("stored_never_delivered") or 0
+    if stored_never_delivered:
+        kinds.append(STORED_NEVER_DELIVERED)
     return {"acked": outcome.acked, "puts": outcome.puts,
             "promise_violations": outcome.promise_violations,
             "evidence_breaches": outcome.evidence_breaches,
@@ -166,6 +174,7 @@ def judge(run_dir: str) -> dict[str, Any]:
             "acked_lost_everywhere": outcome.acked_lost_everywhere,
             "slave_ahead_bytes": outcome.slave_ahead_bytes, "divergent_records": divergent,
             "delivered_then_lost": delivered_then_lost,
+            "stored_never_delivered": stored_never_delivered,
             "replication": outcome.replication, "kinds": kinds}
 
 

@@ -2,7 +2,9 @@
 target and disk state. A planted bug (an ack before its fsync) is found at
 its first crash point and today's code breaks no promise there; SYNC_FLUSH's
 window (a slave ahead of a crashed master) is found; the puts after the
-restart find rmq-3349 (and nothing without them or without the switch);
+restart find rmq-3349 (and nothing without them or without the switch),
+a restart in place finds rmq-7689 and a failover the epoch file rewritten in
+place (each only with its switch);
 the counts add up; a case replays byte for byte; bad input is refused with
 exit 2."""
 
@@ -24,6 +26,7 @@ from chaos.explore import disk_states
 from chaos.explore.explorer import (
     DIVERGENCE,
     SLAVE_AHEAD,
+    STORED_NEVER_DELIVERED,
     VIOLATION,
     Task,
     crash_run,
@@ -36,7 +39,7 @@ from chaos.explore.run import Event
 from chaos.explore.workload import ELECTED, ExploreOptions
 from chaos.report.run_pages import crash_point_section
 from chaos.schema import load_json_file, read_jsonl
-from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_3349
+from store.emulate import PLANTED_ACK_BEFORE_FSYNC, RMQ_3349, RMQ_7689, RMQ_EPOCH_IN_PLACE
 from store.sim.memory_disk import Kept, MemoryDisk
 
 PLANTED = (PLANTED_ACK_BEFORE_FSYNC,)
@@ -296,6 +299,62 @@ def test_in_controller_mode_the_controller_elects_and_the_old_master_follows(
              if "-after-" in r["msg_id"]]
     assert after and {r["node"] for r in after} == {"slave1"}
     assert judge(run_dir)["kinds"] == []
+
+
+# The corpus's controller-mode crash bugs, explored without their tuned
+# scenarios (docs/simulation.md, "The known-bug corpus").
+RMQ_7689_MODE: dict[str, object] = {"ha_mode": "controller", "role": "SYNC_MASTER",
+                                    "flush": "SYNC_FLUSH", "consumer": True,
+                                    "ha_ship_limit": "flushed", "targets": ("master",)}
+EPOCH_MODE: dict[str, object] = {"ha_mode": "controller", "role": "ASYNC_MASTER",
+                                 "flush": "SYNC_FLUSH", "failover": True,
+                                 "targets": ("master",)}
+
+
+def _explore_at(tmp_path: Path, name: str, point: int, mode: dict[str, object],
+                **opts: object) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    options = ExploreOptions(events=(point,), **{**mode, **opts})  # type: ignore[arg-type]
+    counts, findings = explore(options.validate(), str(tmp_path / name), workers=1,
+                               log=lambda s: None)
+    assert counts.runs >= 1
+    return counts.findings, findings
+
+
+def test_a_crash_restarting_the_master_in_place_finds_rmq_7689_and_only_with_its_switch(
+        tmp_path: Path) -> None:
+    """The master restarts before the controller's heartbeat timeout, so it
+    serves again in a new life, as the corpus's scenario makes it by killing
+    the controller with it; with the switch its next puts reuse the queue
+    offsets of records past its confirm offset, which the draining consumer
+    never gets."""
+    events = _events(tmp_path, emulate=(RMQ_7689,), **RMQ_7689_MODE)
+    point = _first(events, "master answer-sent")
+    found, findings = _explore_at(tmp_path, "with", point, RMQ_7689_MODE, emulate=(RMQ_7689,))
+    assert found[STORED_NEVER_DELIVERED] >= 1
+    for f in (f for f in findings if STORED_NEVER_DELIVERED in f["kinds"]):
+        case = str(tmp_path / "with" / str(f["case"]))
+        assert (judge_run(case)["stored_never_delivered"] or 0) >= 1  # the corpus's verdict
+    assert _explore_at(tmp_path, "without", point, RMQ_7689_MODE)[0][
+        STORED_NEVER_DELIVERED] == 0
+
+
+def test_a_failover_finds_the_epoch_file_rewritten_in_place_and_only_with_its_switch(
+        tmp_path: Path) -> None:
+    """A crash after the master stored a record its slave lacks: the
+    power cut takes the epoch file's unsynced in-place rewrite, the old
+    master rejoins the elected slave as a new replica and truncates
+    nothing, so it keeps records where the new master holds others. The
+    fixed epoch file (write, fsync, rename) survives, and the rejoin cuts
+    the tail instead."""
+    events = _events(tmp_path, emulate=(RMQ_EPOCH_IN_PLACE,), **EPOCH_MODE)
+    point = _first(events, "master answer-sent")
+    found, findings = _explore_at(tmp_path, "with", point, EPOCH_MODE,
+                                  emulate=(RMQ_EPOCH_IN_PLACE,))
+    assert found[DIVERGENCE] >= 1
+    for f in (f for f in findings if DIVERGENCE in f["kinds"]):
+        case = str(tmp_path / "with" / str(f["case"]))
+        assert (judge_run(case)["divergent_records"] or 0) >= 1  # the corpus's verdict
+    assert _explore_at(tmp_path, "without", point, EPOCH_MODE)[0][DIVERGENCE] == 0
 
 
 # ------------------------------------------------------------------ counts
