@@ -17,6 +17,12 @@ answered again is in faults.jsonl (chaos/schema.py):
 - every other kind (restart, promote, torn_tail, bit_flip, rogue_peer)
   leaves the node answering at its end_ms, or at once when that is null.
 
+An outage starts at the fault, or later when puts invoked after the fault
+were still acknowledged before the first one failed: at the last such put's
+invocation (the master was writable then). A partition of an asynchronous
+master from its slave costs it nothing; a kill of it during the partition
+does, and the outage of both runs from that kill, not from the partition's
+start (in lone-in-sync-master, about 3 s of a 25 s partition, not 25 s).
 An outage with no recovery lasts to the end of the load (the last answer
 in the history). Only outages during which some put failed stop writes:
 a slave killed under ASYNC_MASTER costs the master nothing, and its
@@ -85,8 +91,10 @@ def union_ms(spans: Iterable[tuple[int, int]]) -> int:
 class FaultRow:
     """One fault of a run, with what the history says after it (all epoch ms):
     the recovery PUT_OK's answer (None: none came), the first failed put
-    invoked at or after the fault, the run's last answer, and the puts
-    invoked at or after the fault and how many of them failed."""
+    invoked at or after the fault, the run's last answer, the puts invoked
+    at or after the fault and how many of them failed, and the last PUT_OK
+    invoked at or after the fault and before that first failure (None:
+    none)."""
 
     fault_ms: int
     put_ok_ms: int | None
@@ -94,6 +102,7 @@ class FaultRow:
     load_end_ms: int
     puts_after: int
     failed_after: int
+    ok_until_ms: int | None = None
 
     @property
     def stopped_writes(self) -> bool:
@@ -102,8 +111,10 @@ class FaultRow:
 
     @property
     def outage(self) -> tuple[int, int]:
+        start = self.fault_ms if self.ok_until_ms is None else max(self.fault_ms,
+                                                                   self.ok_until_ms)
         end = self.load_end_ms if self.put_ok_ms is None else self.put_ok_ms
-        return self.fault_ms, max(self.fault_ms, end)
+        return start, max(start, end)
 
 
 def fault_rows(faults: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
@@ -119,12 +130,15 @@ def fault_rows(faults: Sequence[Mapping[str, Any]], history: Sequence[Mapping[st
         at, back = int(f["start_ms"]), answered_ms(faults, i)
         after = [h for h in history if h["invoke_ms"] >= at]
         failed = [int(h["invoke_ms"]) for h in after if h["status"] != ok_status]
+        first_failed = min(failed, default=None)
         recovered = [int(h["complete_ms"]) for h in history if h["status"] == ok_status
                      and back is not None and h["invoke_ms"] > back]
+        ok_until = [int(h["invoke_ms"]) for h in after if h["status"] == ok_status
+                    and first_failed is not None and h["invoke_ms"] < first_failed]
         rows.append(FaultRow(fault_ms=at, put_ok_ms=min(recovered, default=None),
-                             first_failed_ms=min(failed, default=None),
-                             load_end_ms=load_end, puts_after=len(after),
-                             failed_after=len(failed)))
+                             first_failed_ms=first_failed, load_end_ms=load_end,
+                             puts_after=len(after), failed_after=len(failed),
+                             ok_until_ms=max(ok_until, default=None)))
     return rows
 
 

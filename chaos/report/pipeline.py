@@ -404,18 +404,24 @@ def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
     after its node answered again, as its complete time (null if none came
     or the node never answered); the first failed put invoked at or after
     the fault; the run's last answer; the puts invoked from the fault on
-    and how many failed."""
+    and how many failed; the last PUT_OK invoked from the fault on before
+    that first failure."""
     good = ~F.col("bad")
     ok = good & (F.col("status") == PutStatus.PUT_OK)
     after = good & (F.col("invoke_ms") >= F.col("fault_ms"))
     failed_after = after & (F.col("status") != PutStatus.PUT_OK)
     recovered = ok & (F.col("invoke_ms") > F.col("answered_ms"))
-    return history.join(faults, "run").groupBy("run", "fault_id", "fault_ms").agg(
-        F.min(F.when(recovered, F.col("complete_ms"))).alias("put_ok_ms"),
-        F.min(F.when(failed_after, F.col("invoke_ms"))).alias("first_failed_ms"),
-        F.max(F.when(good, F.col("complete_ms"))).alias("load_end_ms"),
-        F.count(F.when(after, 1)).alias("puts_after"),
-        F.count(F.when(failed_after, 1)).alias("failed_after"))
+    first_failed = F.min(F.when(failed_after, F.col("invoke_ms"))).over(
+        Window.partitionBy("run", "fault_id"))
+    ok_until = ok & after & (F.col("invoke_ms") < F.col("first_failed_w"))
+    return (history.join(faults, "run").withColumn("first_failed_w", first_failed)
+            .groupBy("run", "fault_id", "fault_ms").agg(
+                F.min(F.when(recovered, F.col("complete_ms"))).alias("put_ok_ms"),
+                F.min(F.when(failed_after, F.col("invoke_ms"))).alias("first_failed_ms"),
+                F.max(F.when(good, F.col("complete_ms"))).alias("load_end_ms"),
+                F.count(F.when(after, 1)).alias("puts_after"),
+                F.count(F.when(failed_after, 1)).alias("failed_after"),
+                F.max(F.when(ok_until, F.col("invoke_ms"))).alias("ok_until_ms")))
 
 
 def checker_query(spark: SparkSession, runs: Sequence[RunInfo]

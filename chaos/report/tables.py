@@ -77,7 +77,8 @@ def _fault_rows(group: pd.DataFrame | None) -> list[outage.FaultRow]:
     return [outage.FaultRow(fault_ms=int(r["fault_ms"]), put_ok_ms=ms(r["put_ok_ms"]),
                             first_failed_ms=ms(r["first_failed_ms"]),
                             load_end_ms=int(r["load_end_ms"]), puts_after=int(r["puts_after"]),
-                            failed_after=int(r["failed_after"]))
+                            failed_after=int(r["failed_after"]),
+                            ok_until_ms=ms(r["ok_until_ms"]))
             for r in group.to_dict("records")]
 
 
