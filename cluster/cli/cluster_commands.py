@@ -129,13 +129,26 @@ def register_cluster(sub: Any) -> None:
                            help="change the node's corruption policy from this start on "
                                 "(e.g. for a node that refused to start)")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.node))
+    link_doc = (
+        "Classic mode: A and B are the master and one of its slaves (either order), and the "
+        "link is the slave's replication link. Controller mode: any two nodes (their link "
+        "both ways, nothing else: each keeps its links to a third node and to the "
+        "controller), or a node and `controller` (its heartbeats and election requests). "
+        "The local backend cuts a link proxy, the compose backend takes containers off the "
+        "link's network; "
+        "either way no peer is told: each side notices by its own timeouts, as in a real "
+        "partition. `dlab cluster status` shows what each node is cut from.")
     for action, help_text in (
             ("partition", "cut the link between A and B: the master and a slave; in controller "
                           "mode any two nodes (both ways), or a node and `controller`"),
             ("heal", "restore the link between A and B")):
-        a = csub.add_parser(action, help=help_text)
-        a.add_argument("a")
-        a.add_argument("b")
+        a = csub.add_parser(action, help=help_text, description=(
+            f"{'Cut' if action == 'partition' else 'Restore'} the link between A and B. "
+            f"{link_doc}"
+            + (" A connection that lived through the cut is closed: its stream lost bytes."
+               if action == "heal" else "")))
+        a.add_argument("a", metavar="A", help="a node's name (or `controller`)")
+        a.add_argument("b", metavar="B", help="a node's name (or `controller`)")
         a.add_argument("--dir", required=True, help="the cluster's directory")
         a.set_defaults(handler=lambda args, act=action: _backend_call(args, act, args.a,
                                                                          args.b))
