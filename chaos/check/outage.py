@@ -17,6 +17,11 @@ answered again is in faults.jsonl (chaos/schema.py):
 - every other kind (restart, promote, torn_tail, bit_flip, rogue_peer)
   leaves the node answering at its end_ms, or at once when that is null.
 
+A partition or pause leaves the cluster able to write again before it
+ends (a controller's SyncStateSet shrunk to the master, a slave dropped by
+a master that may go on alone): its recovery is the earlier of that rule's
+and the first PUT_OK invoked after the first put that failed during it.
+
 An outage starts at the fault, or later when puts invoked after the fault
 were still acknowledged before the first one failed: at the last such put's
 invocation (the master was writable then). A partition of an asynchronous
@@ -135,6 +140,9 @@ def fault_rows(faults: Sequence[Mapping[str, Any]], history: Sequence[Mapping[st
                      and back is not None and h["invoke_ms"] > back]
         ok_until = [int(h["invoke_ms"]) for h in after if h["status"] == ok_status
                     and first_failed is not None and h["invoke_ms"] < first_failed]
+        if f["kind"] in LASTING and first_failed is not None:  # writes resumed during it
+            recovered += [int(h["complete_ms"]) for h in history
+                          if h["status"] == ok_status and h["invoke_ms"] > first_failed]
         rows.append(FaultRow(fault_ms=at, put_ok_ms=min(recovered, default=None),
                              first_failed_ms=first_failed, load_end_ms=load_end,
                              puts_after=len(after), failed_after=len(failed),

@@ -386,9 +386,10 @@ def _latency(history: DataFrame) -> DataFrame:
 def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | None:
     """Every fault that can stop writes (not its ending step, not the
     consumer's), as (run, fault_id, fault_ms, answered_ms: when its node
-    answered again, chaos/check/outage.py), broadcast; None if none."""
+    answered again, lasting: a partition or pause, chaos/check/outage.py),
+    broadcast; None if none."""
     rows = [(run.index, int(f["fault_id"]), int(f["start_ms"]),
-             outage.answered_ms(run.faults, i))
+             outage.answered_ms(run.faults, i), f["kind"] in outage.LASTING)
             for run in runs for i, f in enumerate(run.faults)
             if f["kind"] not in outage.ENDING and f["node"] != CONSUMER_NODE]
     if not rows:
@@ -396,7 +397,7 @@ def _fault_table(spark: SparkSession, runs: Sequence[RunInfo]) -> DataFrame | No
     # Not null: see chaos/report/inputs.py _read_large.
     return F.broadcast(spark.createDataFrame(
         rows, "run int not null, fault_id long not null, fault_ms long not null, "
-        "answered_ms long"))
+        "answered_ms long, lasting boolean not null"))
 
 
 def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
@@ -405,7 +406,9 @@ def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
     or the node never answered); the first failed put invoked at or after
     the fault; the run's last answer; the puts invoked from the fault on
     and how many failed; the last PUT_OK invoked from the fault on before
-    that first failure."""
+    that first failure. A partition's or pause's recovery may also be the
+    first PUT_OK invoked after that first failure (writes resumed during
+    it)."""
     good = ~F.col("bad")
     ok = good & (F.col("status") == PutStatus.PUT_OK)
     after = good & (F.col("invoke_ms") >= F.col("fault_ms"))
@@ -414,9 +417,11 @@ def _recovery(history: DataFrame, faults: DataFrame) -> DataFrame:
     first_failed = F.min(F.when(failed_after, F.col("invoke_ms"))).over(
         Window.partitionBy("run", "fault_id"))
     ok_until = ok & after & (F.col("invoke_ms") < F.col("first_failed_w"))
+    resumed = ok & F.col("lasting") & (F.col("invoke_ms") > F.col("first_failed_w"))
     return (history.join(faults, "run").withColumn("first_failed_w", first_failed)
             .groupBy("run", "fault_id", "fault_ms").agg(
-                F.min(F.when(recovered, F.col("complete_ms"))).alias("put_ok_ms"),
+                F.least(F.min(F.when(recovered, F.col("complete_ms"))),
+                        F.min(F.when(resumed, F.col("complete_ms")))).alias("put_ok_ms"),
                 F.min(F.when(failed_after, F.col("invoke_ms"))).alias("first_failed_ms"),
                 F.max(F.when(good, F.col("complete_ms"))).alias("load_end_ms"),
                 F.count(F.when(after, 1)).alias("puts_after"),

@@ -55,16 +55,17 @@ def test_an_outage_starts_where_puts_after_the_fault_stopped_being_acknowledged(
     # An asynchronous master cut from its slave at 1000 (healed at 3000)
     # goes on acknowledging; killed at 2500, it fails puts from 2600 on.
     # The partition's outage starts at the last put it acknowledged after
-    # the cut (2500), not at the cut: both faults cost the same 0.4 s.
-    partition = outage.FaultRow(fault_ms=1000, put_ok_ms=3105, first_failed_ms=2600,
+    # the cut (2500), not at the cut, and (writes resumed during it) ends
+    # with the kill's: both faults cost the same 0.4 s.
+    partition = outage.FaultRow(fault_ms=1000, put_ok_ms=2905, first_failed_ms=2600,
                                 load_end_ms=5000, puts_after=41, failed_after=3,
                                 ok_until_ms=2500)
     kill = outage.FaultRow(fault_ms=2500, put_ok_ms=2905, first_failed_ms=2600,
                            load_end_ms=5000, puts_after=26, failed_after=3, ok_until_ms=2500)
-    assert partition.outage == (2500, 3105)
+    assert partition.outage == (2500, 2905)
     a = outage.availability([partition, kill])
-    assert a.unwritable_s == pytest.approx(0.605)
-    assert a.fault_to_put_ok_s == pytest.approx(2.105)  # fault to recovery, as before
+    assert a.unwritable_s == pytest.approx(0.405)
+    assert a.fault_to_put_ok_s == pytest.approx(1.905)  # fault to recovery, as before
     # Without puts acknowledged after it, an outage starts at its fault.
     assert outage.FaultRow(1000, 2705, 1100, 5000, 40, 16).outage == (1000, 2705)
 
@@ -111,6 +112,25 @@ def _partition_then_kill_run(root: str, run_id: str) -> str:
                     final={"m": {"killed": True}}, duration_ms=5500, backend="local")
 
 
+def _shrink_run(root: str, run_id: str) -> str:
+    """SYNC_MASTER + SYNC_FLUSH, a put every 100 ms up to 5000: the master
+    cut from its slave from 1000 to 4000; the puts from 1000 to 1900 fail
+    (they wait for the slave), then the master goes on alone (its
+    SyncStateSet shrunk) and acknowledges from 2000 on."""
+    history, records = [], []
+    for i, at in enumerate(range(0, 5001, 100)):
+        down = 1000 <= at <= 1900
+        history.append(op(i + 1, f"m{i}", None if down else len(records) * 100, at=at,
+                          latency=5, status="FLUSH_SLAVE_TIMEOUT" if down else "PUT_OK"))
+        if not down:
+            records.append(rec(len(records) * 100, f"m{i}"))
+    return make_run(root, run_id, role="SYNC_MASTER", flush="SYNC_FLUSH",
+                    scenario="lone-in-sync-master", history=history,
+                    records={"m": records, "s": records[:10]},
+                    faults=[{**fault(0, "partition", "m", 1000, 4000), "peer": "s"}],
+                    duration_ms=5500, backend="local")
+
+
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
@@ -118,6 +138,7 @@ def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
     short = _outage_run(root, "short", load_end=5000, backend="local")
     _outage_run(root, "long", load_end=20000, backend="sim")
     cut = _partition_then_kill_run(root, "cut")
+    shrink = _shrink_run(root, "shrink")
     # The planted runs are what the harness writes: the kill has no end of
     # its own, its start row says when the node answered.
     assert [f["end_ms"] for f in read_jsonl(os.path.join(short, "faults.jsonl"))][0] is None
@@ -136,14 +157,21 @@ def test_recovery_counts_from_a_put_invoked_after_the_node_answered(
     assert v.loc["short", "failed_after_fault_per_s"] == pytest.approx(16 / 4.005)
     # The run's own console line (chaos/check/summary.py) computes the same
     # rows in Python: the same answer.
-    for run_id in ("short", "long", "cut"):
+    for run_id in ("short", "long", "cut", "shrink"):
         o = run_outcome(os.path.join(root, run_id))
         assert o.unwritable_s == pytest.approx(v.loc[run_id, "unwritable_s"])
     # The partition's outage starts at the kill, where puts stopped being
-    # acknowledged (2500 to the first PUT_OK invoked after the heal, 3105),
-    # not at the cut (2.105 s).
-    assert v.loc["cut", "unwritable_s"] == pytest.approx(0.605)
-    assert run_outcome(cut).unwritable_s == pytest.approx(0.605)
+    # acknowledged, and ends with the first PUT_OK invoked after the
+    # failures (2500 to 2905), not from the cut to the heal's recovery
+    # (3105: 2.105 s).
+    assert v.loc["cut", "unwritable_s"] == pytest.approx(0.405)
+    assert run_outcome(cut).unwritable_s == pytest.approx(0.405)
+    # Writes resumed during the partition (the first PUT_OK invoked after
+    # its first failure, 2005), long before its heal (the first PUT_OK
+    # invoked after it, 4105): 1.005 s, not 3.105.
+    assert v.loc["shrink", "unwritable_s"] == pytest.approx(1.005)
+    assert v.loc["shrink", "fault_to_put_ok_s"] == pytest.approx(1.005)
+    assert run_outcome(shrink).unwritable_s == pytest.approx(1.005)
     assert "no writable master for 1.705 simulated s" in outcome_line(
         run_outcome(os.path.join(root, "long")))
     assert "no writable master for 1.705 s" in outcome_line(run_outcome(short))
