@@ -27,7 +27,7 @@ were still acknowledged before the first one failed: at the last such put's
 invocation (the master was writable then). A partition of an asynchronous
 master from its slave costs it nothing; a kill of it during the partition
 does, and the outage of both runs from that kill, not from the partition's
-start (in lone-in-sync-master, about 3 s of a 25 s partition, not 25 s).
+start (in lone-in-sync-master, 1-3 s of a 25 s partition, not 25 s).
 An outage with no recovery lasts to the end of the load (the last answer
 in the history). Only outages during which some put failed stop writes:
 a slave killed under ASYNC_MASTER costs the master nothing, and its
