@@ -168,6 +168,12 @@ def cut_from(state: dict[str, Any], name: str) -> list[str]:
     return sorted(next(m for m in links[key] if m != name) for key in _cut_links(state, name))
 
 
+def _on_network(state: dict[str, Any], container: Container, key: str) -> bool:
+    """Whether `container` (as fetched: its attrs are current) is on the
+    network of the compose file's key `key`."""
+    return f"{state['project']}-{key}" in container.attrs["NetworkSettings"]["Networks"]
+
+
 def node_command(ns: NodeSpec, *, failpoints: str, repair_from: tuple[str, ...] = (),
                  slaves: tuple[str, ...] = (), controller: str | None = None,
                  advertise: str | None = None,
@@ -791,9 +797,7 @@ class ComposeBackend(ControllerSteps):
         container = self._container(state, name)
         if container is None:  # its next container is made with the cut applied
             return
-        container.reload()
-        on = f"{state['project']}-{key}" in container.attrs["NetworkSettings"]["Networks"]
-        if on != attach:
+        if _on_network(state, container, key) != attach:
             self._attach(state, container, key, [] if key.startswith("ctl.")
                          else [peer_alias(name)], attach=attach,
                          what=f"the link {key} of {name}")
@@ -869,8 +873,7 @@ class ComposeBackend(ControllerSteps):
 
     def _on_repl(self, state: dict[str, Any], name: str) -> bool:
         container = self._container(state, name)
-        networks = container.attrs["NetworkSettings"]["Networks"] if container else {}
-        return f"{state['project']}-repl" in networks
+        return container is not None and _on_network(state, container, "repl")
 
     def _leave_repl(self, state: dict[str, Any], name: str) -> None:
         """Take running node `name` (an old master left running, cut off)
