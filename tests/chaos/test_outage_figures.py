@@ -7,6 +7,7 @@ planted run directories."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,20 +71,31 @@ def test_an_outage_starts_where_puts_after_the_fault_stopped_being_acknowledged(
     assert outage.FaultRow(1000, 2705, 1100, 5000, 40, 16).outage == (1000, 2705)
 
 
+def _puts_every_100ms(load_end: int, down: range, status: str,
+                      latency: Callable[[int], int] = lambda at: 5
+                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A put every 100 ms from 0 to `load_end`: those invoked in `down`
+    fail with `status`, the others are acknowledged and stored in turn.
+    The history and the records."""
+    history: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    for i, at in enumerate(range(0, load_end + 1, 100)):
+        failed = at in down
+        history.append(op(i + 1, f"m{i}", None if failed else len(records) * 100, at=at,
+                          latency=latency(at), status=status if failed else "PUT_OK"))
+        if not failed:
+            records.append(rec(len(records) * 100, f"m{i}"))
+    return history, records
+
+
 def _outage_run(root: str, run_id: str, load_end: int, backend: str) -> str:
     """ASYNC_MASTER + SYNC_FLUSH: a put every 100 ms up to `load_end`; the
     master killed at 1000, started again at 1800 and answering at 2600. The
     put invoked in the kill's millisecond was acknowledged at 1001 (it
     reached the node before the signal); the puts from 1100 to 2600 failed;
     the next one, invoked at 2700, is the recovery (answered at 2705)."""
-    history, records = [], []
-    for i, at in enumerate(range(0, load_end + 1, 100)):
-        down = 1100 <= at <= 2600
-        offset = None if down else len(records) * 100
-        history.append(op(i + 1, f"m{i}", offset, at=at, latency=1 if at == 1000 else 5,
-                          status="INDETERMINATE" if down else "PUT_OK"))
-        if not down:
-            records.append(rec(len(records) * 100, f"m{i}"))
+    history, records = _puts_every_100ms(load_end, range(1100, 2601), "INDETERMINATE",
+                                         latency=lambda at: 1 if at == 1000 else 5)
     return make_run(root, run_id, role="ASYNC_MASTER", flush="SYNC_FLUSH",
                     scenario="master-crash", history=history,
                     records={"m": records, "s": records},
@@ -97,13 +109,7 @@ def _partition_then_kill_run(root: str, run_id: str) -> str:
     cut from its slave from 1000 to 3000, acknowledging on; killed at 2500
     (the put invoked then acknowledged), started again at 2600, answering
     at 2800; the puts from 2600 to 2800 failed."""
-    history, records = [], []
-    for i, at in enumerate(range(0, 5001, 100)):
-        down = 2600 <= at <= 2800
-        history.append(op(i + 1, f"m{i}", None if down else len(records) * 100, at=at,
-                          latency=5, status="INDETERMINATE" if down else "PUT_OK"))
-        if not down:
-            records.append(rec(len(records) * 100, f"m{i}"))
+    history, records = _puts_every_100ms(5000, range(2600, 2801), "INDETERMINATE")
     return make_run(root, run_id, role="ASYNC_MASTER", flush="SYNC_FLUSH",
                     scenario="lone-in-sync-master", history=history,
                     records={"m": records, "s": records},
@@ -117,13 +123,7 @@ def _shrink_run(root: str, run_id: str) -> str:
     cut from its slave from 1000 to 4000; the puts from 1000 to 1900 fail
     (they wait for the slave), then the master goes on alone (its
     SyncStateSet shrunk) and acknowledges from 2000 on."""
-    history, records = [], []
-    for i, at in enumerate(range(0, 5001, 100)):
-        down = 1000 <= at <= 1900
-        history.append(op(i + 1, f"m{i}", None if down else len(records) * 100, at=at,
-                          latency=5, status="FLUSH_SLAVE_TIMEOUT" if down else "PUT_OK"))
-        if not down:
-            records.append(rec(len(records) * 100, f"m{i}"))
+    history, records = _puts_every_100ms(5000, range(1000, 1901), "FLUSH_SLAVE_TIMEOUT")
     return make_run(root, run_id, role="SYNC_MASTER", flush="SYNC_FLUSH",
                     scenario="lone-in-sync-master", history=history,
                     records={"m": records, "s": records[:10]},
