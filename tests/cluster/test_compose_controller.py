@@ -235,6 +235,10 @@ def test_a_killed_master_container_is_replaced_by_the_controllers_election(cdir:
     assert int(route(d)["since_ms"]) >= killed_ms  # type: ignore[call-overload]
     assert route(d)["address"] == addresses[str(elected)]
     assert route(d)["epoch"] == 2
+    # The controller publishes the route when it elects; the elected node
+    # takes the role at its next heartbeat's answer, up to a second later.
+    wait_until(lambda: status(d)[str(elected)]["role"] != "SLAVE", 30,
+               f"{elected} taking the master's role")
     rows = status(d)
     assert rows["master"]["state"] == "stopped"
     assert rows[str(elected)]["role"] != "SLAVE" and rows[str(elected)]["route_master"]
